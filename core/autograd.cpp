@@ -1,0 +1,160 @@
+// The autograd engine: counts how many gradients each node will receive, then runs nodes in
+// reverse creation order once all their gradients have arrived, summing gradients that meet
+// at one node, and accumulating into leaf .grad (firing gradient-ready hooks).
+#include "core/autograd.h"
+
+#include <atomic>
+#include <queue>
+
+#include "core/backend.h"
+#include "core/ops/elementwise.h"
+
+namespace minidl {
+
+namespace {
+std::atomic<uint64_t> next_sequence_nr{0};
+thread_local bool grad_mode = true;
+}  // namespace
+
+Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+bool grad_mode_enabled() { return grad_mode; }
+void set_grad_mode(bool enabled) { grad_mode = enabled; }
+
+// Note [stealing the first gradient]
+// The first gradient that reaches a leaf becomes its .grad without a copy when nothing else
+// holds it (the usual case: a fresh kernel output). When it is shared — the same tensor was
+// passed to two inputs, e.g. by AddBackward — it is cloned, because later accumulations and
+// all-reduces write .grad in place and must not change another tensor.
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
+  TensorImpl& leaf = *leaf_;
+  Tensor g = grad_output;
+  if (g.dtype() != leaf.dtype || g.device() != leaf.storage.device()) g = g.to(leaf.storage.device(), leaf.dtype);
+  if (!leaf.grad.defined()) {
+    const bool exclusive = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                           g.offset() == 0 && g.shape() == leaf.shape;
+    leaf.grad = exclusive ? g : g.reshape(leaf.shape).clone();
+  } else {
+    backend_for(leaf.storage.device()).binary(BinaryOp::Add, leaf.grad, g.reshape(leaf.shape).contiguous(), leaf.grad);
+  }
+  for (const GradHook& hook : leaf.hooks) hook(leaf.grad);
+  return {};
+}
+
+namespace autograd {
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!grad_mode) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined()) return Edge{};
+  TensorImpl* impl = t.impl();
+  if (impl->grad_fn) return Edge{impl->grad_fn};
+  if (!impl->requires_grad) return Edge{};
+  std::shared_ptr<Node> acc = impl->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl->grad_accumulator = acc;
+  }
+  return Edge{acc};
+}
+
+void attach(const std::shared_ptr<Node>& node, std::initializer_list<const Tensor*> inputs, Tensor& output) {
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) node->next_edges.push_back(gradient_edge(*t));
+  output.impl()->grad_fn = node;
+}
+
+}  // namespace autograd
+
+class Engine {
+ public:
+  static void run(const Tensor& root, const Tensor& grad, bool retain_graph);
+};
+
+void Engine::run(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
+  check_defined(root, "backward", "self");
+  MINIDL_CHECK(root.requires_grad(), "backward: the tensor of shape ", root.shape(),
+               " does not require grad and has no grad_fn (did an input have requires_grad=true? was it computed "
+               "under NoGradGuard?)");
+  Tensor grad = grad_in;
+  if (!grad.defined()) {
+    MINIDL_CHECK(root.numel() == 1, "backward: a gradient can be created implicitly only for a one-element output, "
+                 "got shape ", root.shape(), "; pass grad explicitly");
+    grad = ones(root.shape(), root.options());
+  }
+  MINIDL_CHECK(grad.shape() == root.shape(), "backward: gradient shape ", grad.shape(), " does not match output shape ",
+               root.shape());
+  MINIDL_CHECK(grad.device() == root.device() && grad.dtype() == root.dtype(), "backward: gradient is ", grad.dtype(),
+               " on ", grad.device(), ", output is ", root.dtype(), " on ", root.device());
+
+  NoGradGuard no_grad;  // backward itself records nothing (no higher-order gradients)
+  const Edge root_edge = autograd::gradient_edge(root);
+
+  // Pass 1: count the gradients each node will receive (one per incoming edge).
+  // Each pass takes a fresh epoch; a node is visited once per epoch.
+  static std::atomic<uint64_t> epochs{0};
+  const uint64_t epoch = epochs.fetch_add(1, std::memory_order_relaxed) + 1;
+  auto mark_seen = [epoch](Node* n) {
+    if (n->visit_epoch_ == epoch) return false;
+    n->visit_epoch_ = epoch;
+    n->pending_ = 0;
+    return true;
+  };
+  std::vector<Node*> stack{root_edge.fn.get()};
+  mark_seen(root_edge.fn.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.fn) continue;
+      Node* child = e.fn.get();
+      if (mark_seen(child)) stack.push_back(child);
+      ++child->pending_;
+    }
+  }
+
+  // Pass 2: run nodes whose gradients are complete, latest-created first (deterministic order).
+  auto later_first = [](Node* a, Node* b) { return a->sequence_nr() < b->sequence_nr(); };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+  root_edge.fn->grad_buffer_ = grad;
+  ready.push(root_edge.fn.get());
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    Tensor g = std::move(n->grad_buffer_);
+    n->grad_buffer_ = Tensor();
+    std::vector<Tensor> input_grads;
+    if (g.defined()) {
+      MINIDL_CHECK(!n->released(), "backward: trying to backward through the graph a second time (", n->name(),
+                   " has already freed its saved tensors); pass retain_graph=true to the first backward() if you need "
+                   "to call it twice");
+      input_grads = n->apply(g);
+      if (!retain_graph && dynamic_cast<AccumulateGrad*>(n) == nullptr) {
+        n->release_saved();
+        n->mark_released();
+      }
+    }
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      Node* child = n->next_edges[i].fn.get();
+      if (!child) continue;
+      if (i < input_grads.size() && input_grads[i].defined()) {
+        // Note [why grads are summed here]: a tensor used twice receives one gradient per
+        // use; the total derivative is their sum.
+        Tensor& buf = child->grad_buffer_;
+        buf = buf.defined() ? ops::add(buf, input_grads[i]) : std::move(input_grads[i]);
+      }
+      if (--child->pending_ == 0) ready.push(child);
+    }
+  }
+}
+
+namespace autograd {
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) { Engine::run(root, grad, retain_graph); }
+}  // namespace autograd
+
+}  // namespace minidl

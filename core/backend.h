@@ -1,0 +1,117 @@
+// Backend: the interface between the ops (core/ops) and the kernels (kernels/<device>/).
+// Core declares it; each kernels/ folder implements it for one device type, and core reaches
+// the kernels only through backend_for(device). Every method works on tensors that the op
+// layer has already checked (shapes, dtypes, devices agree) and made contiguous, unless the
+// comment says strides are honoured. Outputs are allocated by the op; kernels only write.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+enum class Activation : uint8_t { None, ReLU };
+
+struct SGDConfig {
+  double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+  bool first_step = true;  // the momentum buffer is initialised to the gradient on the first step
+};
+
+struct AdamConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  // AdamW
+  int64_t step = 1;                     // 1-based step count, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Allocator& allocator() = 0;
+
+  // ---- memory ----
+  // Copies src into dst; both contiguous, same dtype and numel. The devices may differ when
+  // one of them is this backend's and the other is the CPU (host <-> device copies).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // dst[i...] = src[i...] for same-shape tensors with arbitrary strides (same device, dtype).
+  virtual void strided_copy(const Tensor& src, Tensor& dst) = 0;
+  // dst = src converted to dst's dtype (contiguous, same device and numel).
+  virtual void cast(const Tensor& src, Tensor& dst) = 0;
+  virtual void fill(Tensor& dst, double value) = 0;
+  virtual void arange(Tensor& dst, double start, double step) = 0;
+  // out[i, ...] = src[indices[i], ...]; src and out contiguous, indices int64 on this device
+  // and already checked to be in range.
+  virtual void gather_rows(const Tensor& src, const Tensor& indices, Tensor& out) = 0;
+
+  // ---- random (Philox counters [offset, offset + numel), see core/philox.h) ----
+  virtual void uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) = 0;
+  virtual void normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) = 0;
+  virtual void randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) = 0;
+
+  // ---- elementwise ----
+  // out = a op b. out is contiguous; a and b have out's shape with any strides (stride 0
+  // along broadcast dims) — the one kernel family that honours strides on its inputs.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
+  // dx = dy where y > 0 else 0 (y is the forward output).
+  virtual void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+  // out[i] = (a[i] == b[i]) as float32 0/1 (a, b same dtype).
+  virtual void equal(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // ---- reductions; x viewed as [outer, n, inner], reduced over n ----
+  virtual void sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) = 0;
+  // out[row] = index of the (first) maximum of x's row [rows, cols], int64.
+  virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
+
+  // ---- linear algebra ----
+  // C[M, N] = op(A) · op(B) with op = transpose when the flag is set.
+  // A is [M, K] (or [K, M] when trans_a), B is [K, N] (or [N, K] when trans_b), all row-major.
+  virtual void matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) = 0;
+  // y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M]); bias may be undefined.
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) = 0;
+  // dx = dy·W, dW = dyᵀ·x, db = column sums of dy; each output may be undefined (not needed).
+  virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                               Tensor& db) = 0;
+
+  // ---- softmax family, rows of [rows, cols] ----
+  virtual void log_softmax_forward(const Tensor& x, Tensor& y) = 0;
+  // dx = dy - softmax(x) * sum(dy) per row, from the forward output y = log_softmax(x).
+  virtual void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+  virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
+  // dx = y * (dy - sum(dy * y)) per row, from the forward output y = softmax(x).
+  virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+  // The first (row, value) with targets[row] outside [0, num_classes), if any.
+  virtual std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets,
+                                                                         int64_t num_classes) = 0;
+  // loss[row] = logsumexp(logits[row]) - logits[row, target]; lse[row] kept for backward.
+  virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
+                                             Tensor& lse) = 0;
+  // dlogits[row] = (softmax(logits[row]) - onehot(target)) * scale[row]; scale has one
+  // element per row, or one element broadcast to all rows.
+  virtual void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                              const Tensor& scale, Tensor& dlogits) = 0;
+
+  // ---- optimizer updates (in place, outside autograd) ----
+  virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) = 0;
+  virtual void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                         const AdamConfig& cfg) = 0;
+
+  // ---- device ----
+  virtual void synchronize() {}
+};
+
+// The backend that owns `device`'s memory and kernels; throws when there is none (for
+// example cuda:0 in a build without CUDA, or a CUDA index beyond the device count).
+Backend& backend_for(Device device);
+
+// Defined by kernels/cpu.
+Backend& cpu_backend();
+// Defined by kernels/cuda, or by kernels/no_cuda.cpp in a build without CUDA (then it
+// returns nullptr and the device count is 0).
+Backend* cuda_backend(int device_index);
+int cuda_backend_device_count();
+
+}  // namespace minidl

@@ -1,0 +1,9 @@
+// The public op surface in one include for users (samples, nn, optim, data); library code
+// includes the specific core/ops/*.h it needs.
+#pragma once
+
+#include "core/ops/elementwise.h"
+#include "core/ops/linear.h"
+#include "core/ops/reduce.h"
+#include "core/ops/softmax.h"
+#include "core/ops/view.h"

@@ -1,0 +1,133 @@
+// log_softmax, softmax and the fused softmax-cross-entropy loss, with their gradients.
+//   log_softmax(x)_j = x_j - logsumexp(x);   dx = dy - softmax(x) · Σ dy
+//   softmax(x)_j = exp(x_j - logsumexp(x));   dx = y ⊙ (dy - Σ dy ⊙ y)
+//   CE(x, t) = logsumexp(x) - x_t per row;    dx = (softmax(x) - onehot(t)) · dloss_row
+// Rows are the last dim; another dim is moved last by a transpose + copy.
+#include "core/ops/softmax.h"
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/view.h"
+
+namespace minidl::ops {
+
+namespace {
+
+// x as a contiguous [rows, cols] matrix with the softmax dim last.
+Tensor as_rows(const Tensor& x, int d) {
+  Tensor moved = d == x.dim() - 1 ? x : transpose(x, d, x.dim() - 1);
+  moved = moved.contiguous();
+  const int64_t cols = moved.dim() == 0 ? 1 : moved.shape().back();
+  return moved.reshape(Shape{cols == 0 ? 0 : moved.numel() / cols, cols});
+}
+
+struct LogSoftmaxBackward final : Node {
+  Tensor y;  // [rows, cols]
+  bool log = true;
+  std::vector<Tensor> apply(const Tensor& g) override {
+    Tensor dx = empty(y.shape(), y.options());
+    Backend& be = backend_for(y.device());
+    const Tensor gc = g.contiguous();
+    if (log) be.log_softmax_backward(gc, y, dx);
+    else be.softmax_backward(gc, y, dx);
+    return {dx};
+  }
+  void release_saved() override { y = Tensor(); }
+  std::string name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+};
+
+Tensor softmax_family(const Tensor& x, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  check_defined(x, name, "x");
+  MINIDL_CHECK(is_floating(x.dtype()), name, ": expected a floating tensor, got ", x.dtype(), " with shape ", x.shape());
+  MINIDL_CHECK(x.dim() >= 1, name, ": expected at least one dim, got a scalar");
+  const int d = wrap_dim(dim, x.dim(), name);
+  // Differentiable rearrangement; the kernel runs on the [rows, cols] matrix.
+  Tensor rows = as_rows(x, d);
+  Tensor y = empty(rows.shape(), rows.options());
+  if (y.numel() > 0) {
+    Backend& be = backend_for(x.device());
+    if (log) be.log_softmax_forward(rows.detach(), y);
+    else be.softmax_forward(rows.detach(), y);
+  }
+  if (autograd::any_requires_grad({&rows})) {
+    auto node = std::make_shared<LogSoftmaxBackward>();
+    node->y = y.detach();
+    node->log = log;
+    autograd::attach(node, {&rows}, y);
+  }
+  // Undo the rearrangement (differentiable views).
+  Shape moved_shape = x.shape();
+  std::swap(moved_shape[d], moved_shape[x.dim() - 1]);
+  Tensor out = y.reshape(moved_shape);
+  return d == x.dim() - 1 ? out : transpose(out, d, x.dim() - 1);
+}
+
+struct SoftmaxCrossEntropyBackward final : Node {
+  Tensor logits, targets, lse;
+  Reduction reduction = Reduction::Mean;
+  std::vector<Tensor> apply(const Tensor& g) override {
+    const int64_t n = logits.shape()[0];
+    // The gradient of each row's loss: g / N (mean), g (sum), or g[row] (none).
+    Tensor scale = reduction == Reduction::Mean ? g * (1.0 / static_cast<double>(n)) : g;
+    Tensor dlogits = empty(logits.shape(), logits.options());
+    backend_for(logits.device()).softmax_cross_entropy_backward(logits, targets, lse, scale.contiguous(), dlogits);
+    return {dlogits, Tensor()};
+  }
+  void release_saved() override { logits = targets = lse = Tensor(); }
+  std::string name() const override { return "SoftmaxCrossEntropyBackward"; }
+};
+
+}  // namespace
+
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim, false); }
+
+Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction) {
+  constexpr const char* op = "softmax_cross_entropy";
+  check_defined(logits, op, "logits");
+  check_defined(targets, op, "targets");
+  MINIDL_CHECK(is_floating(logits.dtype()), op, ": logits must be float32 or float64, got ", logits.dtype(),
+               " with shape ", logits.shape());
+  MINIDL_CHECK(targets.dtype() == DType::Int64, op, ": targets must be int64 class indices, got ", targets.dtype(),
+               " with shape ", targets.shape(), " (convert with .to(DType::Int64))");
+  MINIDL_CHECK(logits.dim() == 2, op, ": logits must be [N, C], got shape ", logits.shape());
+  MINIDL_CHECK(targets.dim() == 1 && targets.shape()[0] == logits.shape()[0], op, ": targets must be [N] = [",
+               logits.shape()[0], "] for logits ", logits.shape(), ", got shape ", targets.shape());
+  check_same_device({&logits, &targets}, op);
+  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  MINIDL_CHECK(n > 0, op, ": empty batch (logits ", logits.shape(), "); the loss of zero samples is undefined");
+  MINIDL_CHECK(c > 0, op, ": logits ", logits.shape(), " have no classes");
+  Backend& be = backend_for(logits.device());
+  const Tensor lc = logits.detach().contiguous(), tc = targets.contiguous();
+  if (auto bad = be.find_invalid_target(tc, c)) {
+    throw Error(detail::make_message(op, ": target ", bad->second, " at row ", bad->first, " is out of range [0, ", c,
+                                     ") for logits ", logits.shape()));
+  }
+  Tensor losses = empty(Shape{n}, logits.options());
+  Tensor lse = empty(Shape{n}, logits.options());
+  be.softmax_cross_entropy_forward(lc, tc, losses, lse);
+  Tensor out;
+  if (reduction == Reduction::None) {
+    out = losses;
+  } else {
+    out = empty(Shape{}, logits.options());
+    be.sum_dim(losses, 1, n, 1, out);
+    if (reduction == Reduction::Mean) {
+      Tensor factor = scalar_tensor(1.0 / static_cast<double>(n), logits.options());
+      be.binary(BinaryOp::Mul, out, factor, out);
+    }
+  }
+  if (autograd::any_requires_grad({&logits})) {
+    auto node = std::make_shared<SoftmaxCrossEntropyBackward>();
+    node->logits = lc;
+    node->targets = tc;
+    node->lse = lse;
+    node->reduction = reduction;
+    autograd::attach(node, {&logits, &targets}, out);
+  }
+  return out;
+}
+
+}  // namespace minidl::ops

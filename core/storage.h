@@ -1,0 +1,42 @@
+// Storage: one reference-counted block of device memory, obtained from the device's Allocator.
+// Tensors are views into a Storage (shape, strides, offset); many views may share one.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "core/device.h"
+
+namespace minidl {
+
+// Allocator: hands out raw bytes on one device. The CPU allocator returns 64-byte aligned
+// blocks (one cache line, one AVX-512 register); the CUDA backend brings a caching allocator.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory for `bytes` bytes (a valid, unique pointer even for 0 bytes), or throws.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
+};
+
+// The process-wide CPU allocator (64-byte aligned).
+Allocator& cpu_allocator();
+
+class Storage {
+ public:
+  Storage() = default;
+  Storage(size_t bytes, Device device, Allocator& allocator);
+
+  void* data() const { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  bool defined() const { return static_cast<bool>(data_); }
+  long use_count() const { return data_.use_count(); }
+
+ private:
+  std::shared_ptr<void> data_;
+  size_t bytes_ = 0;
+  Device device_{};
+};
+
+}  // namespace minidl

@@ -1,0 +1,96 @@
+// CpuBackend: the CPU implementation of every kernel behind core/backend.h, templated over
+// float and double (and int64 where labels need it). The methods are defined across
+// kernels/cpu/*.cpp by kernel family: memory.cpp, elementwise.cpp, reduce.cpp, gemm.cpp,
+// linear.cpp, softmax.cpp, optimizer.cpp. OpenMP is used only above kParallelGrain elements,
+// so the tiny tensors of the seed model never pay for a thread team.
+#pragma once
+
+#include "core/backend.h"
+
+namespace minidl::cpu {
+
+// Below this many elements a loop runs on the calling thread.
+inline constexpr int64_t kParallelGrain = 1 << 15;
+
+class CpuBackend final : public Backend {
+ public:
+  Allocator& allocator() override { return cpu_allocator(); }
+
+  void copy(const Tensor& src, Tensor& dst) override;
+  void strided_copy(const Tensor& src, Tensor& dst) override;
+  void cast(const Tensor& src, Tensor& dst) override;
+  void fill(Tensor& dst, double value) override;
+  void arange(Tensor& dst, double start, double step) override;
+  void gather_rows(const Tensor& src, const Tensor& indices, Tensor& out) override;
+
+  void uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) override;
+  void normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) override;
+  void randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) override;
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
+  void equal(const Tensor& a, const Tensor& b, Tensor& out) override;
+
+  void sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) override;
+  void argmax_rows(const Tensor& x, Tensor& out) override;
+
+  void matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) override;
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) override;
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db) override;
+
+  void log_softmax_forward(const Tensor& x, Tensor& y) override;
+  void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
+  void softmax_forward(const Tensor& x, Tensor& y) override;
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
+  std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes) override;
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override;
+  void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                      const Tensor& scale, Tensor& dlogits) override;
+
+  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) override;
+  void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamConfig& cfg) override;
+};
+
+// Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.
+template <typename F>
+void dispatch_floating(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::Float32: f(float{}); return;
+    case DType::Float64: f(double{}); return;
+    case DType::Int64: break;
+  }
+  throw Error(detail::make_message(op, ": cpu kernel expects float32 or float64, got ", t));
+}
+
+// Calls f(T{}) for any dtype.
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: f(float{}); return;
+    case DType::Float64: f(double{}); return;
+    case DType::Int64: f(int64_t{}); return;
+  }
+}
+
+// The GEMM core (kernels/cpu/gemm.cpp): C = alpha·op(A)·op(B) + beta·C, row-major, with an
+// epilogue that can add a per-column bias and apply ReLU.
+// op(A) is [M, K]: element (i, k) at A[i*rs_a + k*cs_a]; op(B) is [K, N] likewise.
+template <typename T>
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const T* a = nullptr;
+  int64_t rs_a = 0, cs_a = 0;
+  const T* b = nullptr;
+  int64_t rs_b = 0, cs_b = 0;
+  T* c = nullptr;
+  int64_t ldc = 0;
+  T alpha = 1, beta = 0;
+  const T* bias = nullptr;  // [N], added once
+  bool relu = false;
+};
+
+template <typename T>
+void gemm(const GemmArgs<T>& args);
+
+}  // namespace minidl::cpu

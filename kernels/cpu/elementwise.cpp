@@ -1,0 +1,111 @@
+// CPU elementwise kernels.
+//   binary: out[i] = a[i] op b[i] over out's shape; a and b may be strided/broadcast views.
+//   Fast paths: both contiguous (one vectorisable loop), and b a broadcast row ([N, C] op [C]).
+//   relu: y = max(x, 0); relu_backward: dx = dy · [y > 0]; equal: out = (a == b) as 0/1 floats.
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/strided.h"
+
+namespace minidl::cpu {
+
+namespace {
+
+template <typename T, typename Op>
+void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
+  const int64_t n = out.numel();
+  const bool a_contig = a.is_contiguous(), b_contig = b.is_contiguous();
+  if (a_contig && b_contig) {
+#pragma omp parallel for simd if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
+    return;
+  }
+  const int rank = out.dim();
+  if (a_contig && rank >= 1 && b.strides()[rank - 1] == 1) {
+    // b broadcast along every dim but the last (e.g. bias row [C] over [N, C]).
+    bool row = true;
+    for (int d = 0; d + 1 < rank; ++d) row = row && b.strides()[d] == 0;
+    if (row) {
+      const int64_t cols = out.shape()[rank - 1], rows = n / cols;
+      for (int64_t r = 0; r < rows; ++r)
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) po[r * cols + c] = op(pa[r * cols + c], pb[c]);
+      return;
+    }
+  }
+  if (a_contig && b.numel() > 0) {
+    bool scalar = true;
+    for (int d = 0; d < rank; ++d) scalar = scalar && b.strides()[d] == 0;
+    if (scalar) {
+      const T s = pb[0];
+#pragma omp parallel for simd if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], s);
+      return;
+    }
+  }
+  for_each_strided(out.shape(), a.strides(), b.strides(),
+                   [&](int64_t i, int64_t oa, int64_t ob) { po[i] = op(pa[oa], pb[ob]); });
+}
+
+}  // namespace
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_all(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case BinaryOp::Add: binary_loop<T>(a, b, out, [](T x, T y) { return x + y; }); break;
+      case BinaryOp::Sub: binary_loop<T>(a, b, out, [](T x, T y) { return x - y; }); break;
+      case BinaryOp::Mul: binary_loop<T>(a, b, out, [](T x, T y) { return x * y; }); break;
+      case BinaryOp::Div:
+        if constexpr (std::is_same_v<T, int64_t>) {
+          // Integer division by zero is undefined in C++: refuse it before dividing (a throw
+          // inside the OpenMP loop would terminate the process).
+          bool zero = false;
+          const T* pb = static_cast<const T*>(b.raw_data());
+          for_each_strided(out.shape(), b.strides(), b.strides(),
+                           [&](int64_t, int64_t ob, int64_t) { zero = zero || pb[ob] == 0; });
+          MINIDL_CHECK(!zero, "div: integer division by zero (divisor of shape ", b.shape(), " holds a 0)");
+          binary_loop<T>(a, b, out, [](T x, T y) { return x / y; });
+        } else {
+          binary_loop<T>(a, b, out, [](T x, T y) { return x / y; });
+        }
+        break;
+    }
+  });
+}
+
+void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
+  dispatch_floating(x.dtype(), "relu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) py[i] = px[i] > T(0) ? px[i] : T(0);
+  });
+}
+
+void CpuBackend::relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  dispatch_floating(y.dtype(), "relu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pdy = dy.data<T>();
+    const T* py = y.data<T>();
+    T* pdx = dx.data<T>();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) pdx[i] = py[i] > T(0) ? pdy[i] : T(0);
+  });
+}
+
+void CpuBackend::equal(const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_all(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = static_cast<const T*>(a.raw_data());
+    const T* pb = static_cast<const T*>(b.raw_data());
+    float* po = out.data<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] == pb[i] ? 1.0f : 0.0f;
+  });
+}
+
+}  // namespace minidl::cpu

@@ -1,0 +1,71 @@
+// CPU matmul and linear, all through the one GEMM core (kernels/cpu/gemm.cpp):
+//   matmul:   C = op(A)·op(B)        (transposes are strides, never copies)
+//   forward:  y[N,M] = x[N,K]·W[M,K]ᵀ + b     — B = Wᵀ read with strides (1, K); bias and
+//             ReLU fused in the GEMM epilogue
+//   backward: dx[N,K] = dy[N,M]·W[M,K];  dW[M,K] = dyᵀ·x;  db[M] = Σ_rows dy
+#include "kernels/cpu/cpu_backend.h"
+
+namespace minidl::cpu {
+
+namespace {
+
+// Strides of op(X) for a row-major [rows, cols] matrix X.
+struct OpStrides {
+  int64_t rs, cs;
+};
+OpStrides op_strides(const Tensor& x, bool trans) {
+  const int64_t cols = x.shape()[1];
+  return trans ? OpStrides{1, cols} : OpStrides{cols, 1};
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) {
+  dispatch_floating(c.dtype(), "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    GemmArgs<T> g;
+    g.m = c.shape()[0];
+    g.n = c.shape()[1];
+    g.k = trans_a ? a.shape()[0] : a.shape()[1];
+    const OpStrides sa = op_strides(a, trans_a), sb = op_strides(b, trans_b);
+    g.a = a.data<T>();
+    g.rs_a = sa.rs;
+    g.cs_a = sa.cs;
+    g.b = b.data<T>();
+    g.rs_b = sb.rs;
+    g.cs_b = sb.cs;
+    g.c = c.data<T>();
+    g.ldc = g.n;
+    gemm(g);
+  });
+}
+
+void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) {
+  dispatch_floating(y.dtype(), "linear_forward", [&](auto tag) {
+    using T = decltype(tag);
+    GemmArgs<T> g;
+    g.m = x.shape()[0];
+    g.k = x.shape()[1];
+    g.n = w.shape()[0];
+    g.a = x.data<T>();
+    g.rs_a = g.k;
+    g.cs_a = 1;
+    g.b = w.data<T>();  // Wᵀ: element (k, j) = W[j, k]
+    g.rs_b = 1;
+    g.cs_b = g.k;
+    g.c = y.data<T>();
+    g.ldc = g.n;
+    g.bias = bias.defined() ? bias.data<T>() : nullptr;
+    g.relu = act == Activation::ReLU;
+    gemm(g);
+  });
+}
+
+void CpuBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                                 Tensor& db) {
+  if (dx.defined()) matmul(dy, w, dx, false, false);  // [N,M]·[M,K]
+  if (dw.defined()) matmul(dy, x, dw, true, false);   // [M,N]·[N,K]
+  if (db.defined()) sum_dim(dy, 1, dy.shape()[0], dy.shape()[1], db);
+}
+
+}  // namespace minidl::cpu

@@ -1,0 +1,124 @@
+// CPU memory kernels: copies (contiguous, strided, host<->host), dtype casts, fills, arange,
+// row gathers, and the Philox-based random fills (element i uses counter offset + i, so the
+// values do not depend on thread count or device).
+#include <cmath>
+#include <cstring>
+
+#include "core/philox.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/strided.h"
+
+namespace minidl::cpu {
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  MINIDL_CHECK(src.device().is_cpu() && dst.device().is_cpu(), "copy: the cpu backend copies between cpu tensors, got ",
+               src.device(), " -> ", dst.device());
+  std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
+}
+
+void CpuBackend::strided_copy(const Tensor& src, Tensor& dst) {
+  dispatch_all(src.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* s = static_cast<const T*>(src.raw_data());
+    T* d = static_cast<T*>(dst.raw_data());
+    for_each_strided(dst.shape(), src.strides(), dst.strides(),
+                     [&](int64_t, int64_t os, int64_t od) { d[od] = s[os]; });
+  });
+}
+
+void CpuBackend::cast(const Tensor& src, Tensor& dst) {
+  dispatch_all(src.dtype(), [&](auto stag) {
+    using S = decltype(stag);
+    dispatch_all(dst.dtype(), [&](auto dtag) {
+      using D = decltype(dtag);
+      const S* s = static_cast<const S*>(src.raw_data());
+      D* d = static_cast<D*>(dst.raw_data());
+      const int64_t n = src.numel();
+      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<D>(s[i]);
+    });
+  });
+}
+
+void CpuBackend::fill(Tensor& dst, double value) {
+  dispatch_all(dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* d = static_cast<T*>(dst.raw_data());
+    const T v = static_cast<T>(value);
+    const int64_t n = dst.numel();
+    for (int64_t i = 0; i < n; ++i) d[i] = v;
+  });
+}
+
+void CpuBackend::arange(Tensor& dst, double start, double step) {
+  dispatch_all(dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* d = static_cast<T*>(dst.raw_data());
+    for (int64_t i = 0; i < dst.numel(); ++i) d[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  });
+}
+
+void CpuBackend::gather_rows(const Tensor& src, const Tensor& indices, Tensor& out) {
+  const int64_t rows = out.shape()[0];
+  const size_t row_bytes = static_cast<size_t>(rows == 0 ? 0 : out.numel() / rows) * dtype_size(out.dtype());
+  const int64_t* idx = indices.data<int64_t>();
+  const char* s = static_cast<const char*>(src.raw_data());
+  char* d = static_cast<char*>(out.raw_data());
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * row_bytes, s + idx[r] * static_cast<int64_t>(row_bytes), row_bytes);
+}
+
+void CpuBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) {
+  dispatch_floating(dst.dtype(), "uniform", [&](auto tag) {
+    using T = decltype(tag);
+    T* d = static_cast<T*>(dst.raw_data());
+    const int64_t n = dst.numel();
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      const philox::Block b = philox::block_for(seed, offset, static_cast<uint64_t>(i));
+      double u;
+      if constexpr (std::is_same_v<T, float>) u = philox::uniform_float(b);
+      else u = philox::uniform_double(b.x[0], b.x[1]);
+      T v = static_cast<T>(low + (high - low) * u);
+      if (v >= static_cast<T>(high) && high > low) v = std::nextafter(static_cast<T>(high), static_cast<T>(low));
+      d[i] = v;
+    }
+  });
+}
+
+void CpuBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) {
+  dispatch_floating(dst.dtype(), "normal", [&](auto tag) {
+    using T = decltype(tag);
+    T* d = static_cast<T*>(dst.raw_data());
+    const int64_t n = dst.numel();
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      // Box–Muller on two 53-bit uniforms from one block; u1 in (0, 1] keeps log finite.
+      const philox::Block b = philox::block_for(seed, offset, static_cast<uint64_t>(i));
+      const double u1 = 1.0 - philox::uniform_double(b.x[0], b.x[1]);
+      const double u2 = philox::uniform_double(b.x[2], b.x[3]);
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+      d[i] = static_cast<T>(mean + stddev * z);
+    }
+  });
+}
+
+void CpuBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
+  int64_t* d = dst.data<int64_t>();
+  const auto range = static_cast<unsigned __int128>(static_cast<uint64_t>(high - low));
+  const int64_t n = dst.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    // Multiply-shift maps 64 random bits onto [0, range) (bias below 2^-64 · range).
+    const uint64_t r = philox::bits64(philox::block_for(seed, offset, static_cast<uint64_t>(i)));
+    d[i] = low + static_cast<int64_t>((static_cast<unsigned __int128>(r) * range) >> 64);
+  }
+}
+
+Backend& cpu_backend_instance() {
+  static CpuBackend backend;
+  return backend;
+}
+
+}  // namespace minidl::cpu
+
+namespace minidl {
+Backend& cpu_backend() { return cpu::cpu_backend_instance(); }
+}  // namespace minidl

@@ -1,0 +1,63 @@
+// CPU fused optimizer updates, one pass over each parameter (PyTorch's update rules):
+//   SGD:  g = grad + wd·p;  buf = first ? g : μ·buf + (1-τ)·g;  g = nesterov ? g + μ·buf : buf;
+//         p -= lr·g
+//   Adam: g = grad (+ wd·p, or AdamW: p *= 1 - lr·wd);  m = β1·m + (1-β1)·g;
+//         v = β2·v + (1-β2)·g²;  p -= lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace minidl::cpu {
+
+void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) {
+  dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = param.data<T>();
+    const T* g = grad.data<T>();
+    T* buf = momentum_buffer.defined() ? momentum_buffer.data<T>() : nullptr;
+    const T lr = static_cast<T>(cfg.lr), mu = static_cast<T>(cfg.momentum), wd = static_cast<T>(cfg.weight_decay);
+    const T damp = static_cast<T>(1.0 - cfg.dampening);
+    const bool use_momentum = cfg.momentum != 0.0 && buf != nullptr;
+    const int64_t n = param.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      T d = g[i] + wd * p[i];
+      if (use_momentum) {
+        const T b = cfg.first_step ? d : mu * buf[i] + damp * d;
+        buf[i] = b;
+        d = cfg.nesterov ? d + mu * b : b;
+      }
+      p[i] -= lr * d;
+    }
+  });
+}
+
+void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                           const AdamConfig& cfg) {
+  dispatch_floating(param.dtype(), "adam_step", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = param.data<T>();
+    const T* g = grad.data<T>();
+    T *m = exp_avg.data<T>(), *v = exp_avg_sq.data<T>();
+    const double t = static_cast<double>(cfg.step);
+    const T b1 = static_cast<T>(cfg.beta1), b2 = static_cast<T>(cfg.beta2);
+    const T bc1 = static_cast<T>(1.0 - std::pow(cfg.beta1, t));
+    const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(cfg.beta2, t)));
+    const T lr = static_cast<T>(cfg.lr), eps = static_cast<T>(cfg.eps), wd = static_cast<T>(cfg.weight_decay);
+    const T decay = static_cast<T>(1.0 - cfg.lr * cfg.weight_decay);
+    const bool decoupled = cfg.decoupled_weight_decay;
+    const int64_t n = param.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      T gi = g[i];
+      if (decoupled) p[i] *= decay;
+      else gi += wd * p[i];
+      m[i] = b1 * m[i] + (T(1) - b1) * gi;
+      v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
+      // PyTorch's form: p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps)
+      p[i] -= (lr / bc1) * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+    }
+  });
+}
+
+}  // namespace minidl::cpu

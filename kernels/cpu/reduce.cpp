@@ -1,0 +1,61 @@
+// CPU reductions.
+//   sum_dim: x viewed as [outer, n, inner] -> out [outer, inner], summed over n in index
+//   order (deterministic). Last-dim sums accumulate in double (long float32 rows stay accurate);
+//   other dims accumulate whole rows in T, streaming through memory.
+//   argmax_rows: first index of the maximum of each row of [rows, cols].
+#include "kernels/cpu/cpu_backend.h"
+
+namespace minidl::cpu {
+
+namespace {
+template <typename T> struct Accum { using type = double; };
+template <> struct Accum<int64_t> { using type = int64_t; };
+}  // namespace
+
+void CpuBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Accum<T>::type;
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    if (inner == 1) {
+#pragma omp parallel for if (outer * n > kParallelGrain && outer > 1)
+      for (int64_t o = 0; o < outer; ++o) {
+        A acc = 0;
+        const T* row = px + o * n;
+        for (int64_t j = 0; j < n; ++j) acc += row[j];
+        po[o] = static_cast<T>(acc);
+      }
+      return;
+    }
+    // Reducing a non-last dim: accumulate whole inner rows, streaming through memory.
+#pragma omp parallel for if (outer * n * inner > kParallelGrain && outer > 1)
+    for (int64_t o = 0; o < outer; ++o) {
+      T* dst = po + o * inner;
+      for (int64_t i = 0; i < inner; ++i) dst[i] = T(0);
+      for (int64_t j = 0; j < n; ++j) {
+        const T* row = px + (o * n + j) * inner;
+#pragma omp simd
+        for (int64_t i = 0; i < inner; ++i) dst[i] += row[i];
+      }
+    }
+  });
+}
+
+void CpuBackend::argmax_rows(const Tensor& x, Tensor& out) {
+  const int64_t rows = x.shape()[0], cols = x.shape()[1];
+  int64_t* po = out.data<int64_t>();
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.raw_data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = px + r * cols;
+      int64_t best = 0;
+      for (int64_t c = 1; c < cols; ++c)
+        if (row[c] > row[best]) best = c;
+      po[r] = best;
+    }
+  });
+}
+
+}  // namespace minidl::cpu
