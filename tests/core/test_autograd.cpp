@@ -1,0 +1,89 @@
+// The autograd engine: accumulation where a tensor is used twice, retain_graph, NoGradGuard,
+// detach, leaf gradient accumulation across backward calls, and gradient-ready hooks.
+#include <catch2/catch.hpp>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+
+using namespace minidl;
+
+TEST_CASE("a tensor used twice receives the sum of both gradients", "[core][autograd]") {
+  Tensor x = from_vector<double>({1.0, 2.0, 3.0}).requires_grad_();
+  Tensor y = ops::sum(x * x + x);  // dy/dx = 2x + 1
+  y.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3.0, 5.0, 7.0});
+}
+
+TEST_CASE("gradients accumulate into .grad across backward calls until cleared", "[core][autograd]") {
+  Tensor x = from_vector<double>({1.0, -1.0}).requires_grad_();
+  ops::sum(x * 3.0).backward();
+  ops::sum(x * 3.0).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{6.0, 6.0});
+  x.set_grad(Tensor());
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("a second backward without retain_graph is a clear error; with it, it works", "[core][autograd]") {
+  Tensor x = from_vector<double>({2.0}).requires_grad_();
+  Tensor y = ops::sum(x * x);
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();
+  CHECK(x.grad().item() == Approx(8.0));  // 4 + 4, exact in double
+  CHECK_THROWS_WITH(y.backward(), Catch::Contains("second time") && Catch::Contains("retain_graph"));
+}
+
+TEST_CASE("NoGradGuard records no graph and restores the mode", "[core][autograd]") {
+  Tensor x = ones({2}).requires_grad_();
+  {
+    NoGradGuard guard;
+    Tensor y = x * 2.0;
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+    CHECK_FALSE(grad_mode_enabled());
+  }
+  CHECK(grad_mode_enabled());
+  CHECK((x * 2.0).requires_grad());
+}
+
+TEST_CASE("detach shares storage and cuts the history", "[core][autograd]") {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = x * 2.0;
+  Tensor d = y.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.storage().data() == y.storage().data());
+  CHECK(y.grad_fn()->name() == "MulBackward");
+}
+
+TEST_CASE("gradient-ready hooks fire once per accumulation with the leaf's gradient", "[core][autograd]") {
+  Tensor w = from_vector<double>({1.0, 2.0}).requires_grad_();
+  Tensor b = from_vector<double>({0.5}).requires_grad_();
+  std::vector<std::string> order;
+  w.register_hook([&](const Tensor& g) {
+    order.push_back("w");
+    CHECK(g.to_vector<double>() == std::vector<double>{1.0, 1.0});
+  });
+  b.register_hook([&](const Tensor&) { order.push_back("b"); });
+  ops::sum(w + b).backward();
+  REQUIRE(order.size() == 2);
+  CHECK_THROWS_AS((w * 2.0).register_hook([](const Tensor&) {}), Error);
+}
+
+TEST_CASE("backward on a non-scalar needs an explicit gradient", "[core][autograd]") {
+  Tensor x = ones({2, 2}).requires_grad_();
+  Tensor y = x * 2.0;
+  CHECK_THROWS_WITH(y.backward(), Catch::Contains("backward") && Catch::Contains("[2, 2]"));
+  y.backward(ones({2, 2}));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(4, 2.0f));
+  CHECK_THROWS_WITH(ones({2}).backward(), Catch::Contains("does not require grad"));
+}
+
+TEST_CASE("only leaves that require grad get gradients; intermediate nodes are named", "[core][autograd]") {
+  Tensor a = ones({2}).requires_grad_();
+  Tensor c = ones({2});
+  Tensor y = ops::sum(ops::relu(a * c));
+  CHECK(y.grad_fn()->name() == "SumBackward");
+  y.backward();
+  CHECK(a.grad().defined());
+  CHECK_FALSE(c.grad().defined());
+  CHECK_THROWS_AS(randint(0, 3, {2}).requires_grad_(), Error);
+}

@@ -1,0 +1,149 @@
+// Tensor basics: factories, dtypes, devices, views sharing storage, broadcasting, printing,
+// the seeded generator, and the errors bad input must raise.
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "core/ops.h"
+
+using namespace minidl;
+
+TEST_CASE("devices parse and print like PyTorch; CUDA is absent on a CPU-only build", "[core][device]") {
+  CHECK(Device("cpu") == Device::cpu());
+  CHECK(Device("cuda:1") == Device::cuda(1));
+  CHECK(Device("cuda").str() == "cuda:0");
+  CHECK(Device::cuda(3).str() == "cuda:3");
+  CHECK_THROWS_WITH(Device("gpu"), Catch::Contains("cannot parse 'gpu'"));
+  CHECK_THROWS_AS(Device("cuda:-1"), Error);
+  CHECK_THROWS_AS(Device("cuda:x"), Error);
+  CHECK(cuda_device_count() == 0);
+  CHECK_FALSE(cuda_is_available());
+  CHECK(default_device() == Device::cpu());
+  CHECK_THROWS_WITH(zeros({2}, Device::cuda(0)), Catch::Contains("cuda:0 is not available"));
+}
+
+TEST_CASE("factories fill the values they promise", "[core][tensor]") {
+  CHECK(zeros({2, 3}).to_vector<float>() == std::vector<float>(6, 0.0f));
+  CHECK(ones({4}, DType::Float64).to_vector<double>() == std::vector<double>(4, 1.0));
+  CHECK(full({2}, 7.5).to_vector<float>() == std::vector<float>{7.5f, 7.5f});
+  CHECK(arange(4, DType::Int64).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(arange(1.0, 2.0, 0.25, DType::Float64).to_vector<double>() == std::vector<double>{1.0, 1.25, 1.5, 1.75});
+  Tensor e = empty({0, 3});
+  CHECK(e.numel() == 0);
+  CHECK(from_vector<float>({1, 2, 3, 4}, {2, 2}).at({1, 0}) == 3.0);
+  CHECK_THROWS_WITH(from_vector<float>({1, 2, 3}, {2, 2}), Catch::Contains("do not fill shape [2, 2]"));
+  CHECK(scalar_tensor(2.5).item() == 2.5);
+  CHECK_THROWS_WITH(ones({2}).item(), Catch::Contains("one element"));
+}
+
+TEST_CASE("the same seed gives the same random numbers; distributions look right", "[core][generator]") {
+  Generator g1(42), g2(42), g3(43);
+  Tensor a = randn({1000}, {}, &g1), b = randn({1000}, {}, &g2), c = randn({1000}, {}, &g3);
+  CHECK(a.to_vector<float>() == b.to_vector<float>());
+  CHECK(a.to_vector<float>() != c.to_vector<float>());
+  // Mean of 1000 standard normals: standard error 0.032, so 0.15 is a ~5-sigma bound.
+  CHECK(std::abs(a.mean().item()) < 0.15);
+  Tensor u = rand({10000}, DType::Float64, &g1);
+  for (double v : u.to_vector<double>()) REQUIRE((v >= 0.0 && v < 1.0));
+  Tensor r = randint(3, 7, {1000}, DType::Int64, &g1);
+  std::vector<int> seen(4, 0);
+  for (int64_t v : r.to_vector<int64_t>()) {
+    REQUIRE((v >= 3 && v < 7));
+    seen[static_cast<size_t>(v - 3)]++;
+  }
+  for (int s : seen) CHECK(s > 150);  // each value expected 250 times
+  manual_seed(5);
+  Tensor d1 = rand({4});
+  manual_seed(5);
+  CHECK(rand({4}).to_vector<float>() == d1.to_vector<float>());
+}
+
+TEST_CASE("views share storage: reshape, narrow, split, chunk, transpose", "[core][views]") {
+  Tensor x = arange(12, DType::Float64).reshape({3, 4});
+  Tensor r = x.reshape({4, 3});
+  CHECK(r.storage().data() == x.storage().data());
+  Tensor n = x.narrow(1, 1, 2);
+  CHECK(n.shape() == Shape{3, 2});
+  CHECK(n.at({2, 1}) == 10.0);
+  CHECK_FALSE(n.is_contiguous());
+  auto parts = x.split(2, 0);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[1].shape() == Shape{1, 4});
+  auto chunks = arange(10).chunk(3);
+  REQUIRE(chunks.size() == 3);
+  CHECK(chunks[0].numel() == 4);
+  CHECK(chunks[2].numel() == 2);
+  Tensor t = x.t();
+  CHECK(t.shape() == Shape{4, 3});
+  CHECK(t.at({3, 2}) == 11.0);
+  CHECK(t.contiguous().to_vector<double>()[1] == 4.0);
+  CHECK(t.reshape({12}).to_vector<double>()[1] == 4.0);  // non-contiguous reshape copies
+  CHECK_THROWS_WITH(t.view({12}), Catch::Contains("not contiguous"));
+  CHECK_THROWS_WITH(x.reshape({5, -1}), Catch::Contains("invalid for input of shape [3, 4]"));
+  CHECK_THROWS_WITH(x.narrow(0, 2, 2), Catch::Contains("outside dim 0"));
+  Tensor z = x.detach();
+  z.narrow(0, 0, 1).fill_(-1.0);  // writes through the view into x
+  CHECK(x.at({0, 3}) == -1.0);
+  CHECK(x.flatten().shape() == Shape{12});
+}
+
+TEST_CASE("broadcasting: [N, C] op [C], op scalar, and mismatches", "[core][broadcast]") {
+  Tensor a = arange(6, DType::Float64).reshape({2, 3});
+  Tensor b = from_vector<double>({10, 20, 30});
+  CHECK((a + b).to_vector<double>() == std::vector<double>{10, 21, 32, 13, 24, 35});
+  CHECK((a * 2.0).to_vector<double>() == std::vector<double>{0, 2, 4, 6, 8, 10});
+  CHECK((1.0 - a).to_vector<double>()[5] == -4.0);
+  Tensor col = from_vector<double>({1, 2}, {2, 1});
+  CHECK((a / (col + 0.0)).to_vector<double>()[5] == 2.5);
+  CHECK_THROWS_WITH(a + ones({2}, DType::Float64), Catch::Contains("add") && Catch::Contains("[2, 3]") &&
+                                                        Catch::Contains("[2]"));
+  CHECK_THROWS_WITH(a + ones({3}), Catch::Contains("dtypes differ"));
+  CHECK((a.t() + a.t()).to_vector<double>() == std::vector<double>{0, 6, 2, 8, 4, 10});
+}
+
+TEST_CASE("dtype conversion, copy_ and comparisons for accuracy", "[core][tensor]") {
+  Tensor x = from_vector<float>({1.5f, -2.25f});
+  CHECK(x.to(DType::Float64).to_vector<double>() == std::vector<double>{1.5, -2.25});
+  CHECK(x.to(DType::Int64).to_vector<int64_t>() == std::vector<int64_t>{1, -2});
+  Tensor y = zeros({2});
+  y.copy_(from_vector<double>({3.0, 4.0}));
+  CHECK(y.to_vector<float>() == std::vector<float>{3.0f, 4.0f});
+  Tensor logits = from_vector<float>({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.3f}, {3, 2});
+  Tensor pred = logits.argmax(1);
+  CHECK(pred.to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0});  // ties pick the first
+  Tensor labels = from_vector<int64_t>({1, 1, 0});
+  CHECK(pred.eq(labels).mean().item() == Approx(2.0 / 3.0));
+  CHECK(arange(6).reshape({2, 3}).argmax(0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1});
+}
+
+TEST_CASE("tensors print like PyTorch", "[core][print]") {
+  std::ostringstream os;
+  os << from_vector<float>({1.0f, -2.5f}, {1, 2});
+  CHECK(os.str() == "tensor([[ 1.0000, -2.5000]])");
+  os.str("");
+  os << ones({2}).requires_grad_();
+  CHECK(os.str() == "tensor([1.0000, 1.0000], requires_grad=True)");
+  os.str("");
+  os << arange(3, DType::Int64);
+  CHECK(os.str() == "tensor([0, 1, 2])");
+  os.str("");
+  os << (ones({1}).requires_grad_() * 2.0);
+  CHECK(os.str() == "tensor([2.0000], grad_fn=<MulBackward>)");
+}
+
+TEST_CASE("bad input to ops throws minidl::Error naming the op and the shapes", "[core][errors]") {
+  CHECK_THROWS_WITH(ops::matmul(ones({2, 3}), ones({2, 3})), Catch::Contains("matmul") && Catch::Contains("[2, 3]"));
+  CHECK_THROWS_WITH(ops::linear(ones({4, 3}), ones({5, 2}), ones({5})),
+                    Catch::Contains("linear") && Catch::Contains("[4, 3]") && Catch::Contains("[5, 2]"));
+  CHECK_THROWS_WITH(ops::linear(ones({4, 2}), ones({5, 2}), ones({4})), Catch::Contains("bias has shape [4]"));
+  Tensor logits = zeros({3, 4});
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(logits, from_vector<int64_t>({0, 4, 1})),
+                    Catch::Contains("target 4 at row 1") && Catch::Contains("[0, 4)"));
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(logits, from_vector<int64_t>({0, -1, 1})), Catch::Contains("target -1"));
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(logits, zeros({3})),
+                    Catch::Contains("int64") && Catch::Contains("float32"));
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(zeros({0, 4}), empty({0}, DType::Int64)), Catch::Contains("empty batch"));
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(logits, from_vector<int64_t>({0, 1})), Catch::Contains("targets must be [N]"));
+  CHECK_THROWS_WITH(Tensor().shape(), Catch::Contains("undefined tensor"));
+  CHECK_THROWS_WITH(ones({2}).sum(2), Catch::Contains("dim 2 is out of range"));
+  CHECK_THROWS_WITH(arange(4, DType::Int64) / zeros({4}, DType::Int64), Catch::Contains("division by zero"));
+}

@@ -1,0 +1,101 @@
+// CPU kernels against plain reference loops in double on fresh random inputs: the GEMM in
+// all four transpose variants and tile-unfriendly shapes, the fused bias/ReLU epilogue, and
+// the numerically stable softmax-cross-entropy.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "core/backend.h"
+#include "core/ops.h"
+
+using namespace minidl;
+
+namespace {
+// Reference C = op(A)·op(B) in double.
+std::vector<double> reference_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  const auto av = a.to(DType::Float64).to_vector<double>(), bv = b.to(DType::Float64).to_vector<double>();
+  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = ta ? av[static_cast<size_t>(p * m + i)] : av[static_cast<size_t>(i * k + p)];
+        const double y = tb ? bv[static_cast<size_t>(j * k + p)] : bv[static_cast<size_t>(p * n + j)];
+        s += x * y;
+      }
+      c[static_cast<size_t>(i * n + j)] = s;
+    }
+  return c;
+}
+}  // namespace
+
+TEST_CASE("cpu GEMM matches the reference in every transpose variant and odd shape", "[kernels][gemm]") {
+  const int64_t shapes[][3] = {{1, 1, 1}, {17, 33, 65}, {3, 1000, 7}, {64, 64, 64}, {129, 31, 257}, {300, 5, 999}, {40, 300, 1}};
+  Generator g(7);
+  for (auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool ta = variant & 1, tb = variant & 2;
+      for (DType dt : {DType::Float32, DType::Float64}) {
+        Tensor a = randn(ta ? Shape{k, m} : Shape{m, k}, dt, &g), b = randn(tb ? Shape{n, k} : Shape{k, n}, dt, &g);
+        Tensor c = empty({m, n}, dt);
+        cpu_backend().matmul(a, b, c, ta, tb);
+        const auto ref = reference_matmul(a, b, ta, tb, m, n, k);
+        const auto got = c.to(DType::Float64).to_vector<double>();
+        // float32 sums of k products of N(0,1) values: error grows like eps·sqrt(k)·|terms|,
+        // so compare relative to sqrt(k) (1e-4 leaves a 10x margin at k = 1000); float64 ~1e-12.
+        const double tol = (dt == DType::Float32 ? 1e-4 : 1e-11) * std::sqrt(static_cast<double>(k));
+        for (size_t i = 0; i < ref.size(); ++i) {
+          INFO("m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb << " " << dt << " i=" << i);
+          REQUIRE(std::abs(got[i] - ref[i]) <= tol * (1.0 + std::abs(ref[i])));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("linear forward fuses bias and ReLU exactly like the unfused ops", "[kernels][linear]") {
+  Generator g(11);
+  for (int64_t n : {1, 7, 130}) {
+    Tensor x = randn({n, 45}, DType::Float64, &g), w = randn({33, 45}, DType::Float64, &g), b = randn({33}, DType::Float64, &g);
+    Tensor fused = ops::linear(x, w, b, true);
+    Tensor unfused = ops::relu(ops::matmul(x, w.t()) + b);
+    const auto f = fused.to_vector<double>(), u = unfused.to_vector<double>();
+    for (size_t i = 0; i < f.size(); ++i) REQUIRE(std::abs(f[i] - u[i]) <= 1e-12 * (1 + std::abs(u[i])));  // float64 rounding only
+  }
+  Tensor empty_k = ops::linear(zeros({3, 0}), zeros({2, 0}), from_vector<float>({1.f, -1.f}), true);
+  CHECK(empty_k.to_vector<float>() == std::vector<float>{1, 0, 1, 0, 1, 0});
+}
+
+TEST_CASE("softmax-cross-entropy is stable for huge logits and matches log_softmax", "[kernels][softmax]") {
+  Tensor logits = from_vector<float>({1000.f, 0.f, -1000.f, 50.f, 50.f, 50.f}, {2, 3});
+  Tensor targets = from_vector<int64_t>({0, 2});
+  Tensor loss = ops::softmax_cross_entropy(logits, targets, ops::Reduction::None);
+  const auto l = loss.to_vector<float>();
+  CHECK(l[0] == Approx(0.0).margin(1e-6));
+  // lse = 50 + log 3 ≈ 51.1 in float32, whose ulp is 3.8e-6: allow a few ulps.
+  CHECK(l[1] == Approx(std::log(3.0)).margin(2e-5));
+  Generator g(3);
+  for (int64_t c : {2, 7, 1000}) {
+    Tensor x = randn({5, c}, DType::Float64, &g) * 10.0;
+    Tensor t = randint(0, c, {5}, DType::Int64, &g);
+    Tensor ce = ops::softmax_cross_entropy(x, t, ops::Reduction::None);
+    Tensor ls = ops::log_softmax(x);
+    for (int64_t r = 0; r < 5; ++r)
+      CHECK(ce.at({r}) == Approx(-ls.at({r, static_cast<int64_t>(t.at({r}))})).epsilon(1e-12));  // same math, float64
+  }
+}
+
+TEST_CASE("sum along dims matches loops and is deterministic", "[kernels][reduce]") {
+  Generator g(5);
+  Tensor x = randn({7, 31, 3}, DType::Float64, &g);
+  const auto v = x.to_vector<double>();
+  Tensor s1 = x.sum(1);
+  for (int64_t a = 0; a < 7; ++a)
+    for (int64_t c = 0; c < 3; ++c) {
+      double ref = 0;
+      for (int64_t b = 0; b < 31; ++b) ref += v[static_cast<size_t>((a * 31 + b) * 3 + c)];
+      REQUIRE(s1.at({a, c}) == Approx(ref).epsilon(1e-12));
+    }
+  Tensor big = randn({1 << 17}, {}, &g);
+  CHECK(big.sum().item() == big.sum().item());
+}
