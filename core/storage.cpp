@@ -9,18 +9,79 @@
 namespace minidl {
 namespace {
 
+constexpr size_t kAlignment = 64;
+
+// Note [the CPU block cache]
+// Small training steps allocate and free dozens of tiny tensors; aligned_alloc goes through
+// glibc's memalign path, which costs more than the seed model's arithmetic. Blocks up to
+// 1 MiB are rounded to a power of two and kept on a per-thread free list (at most
+// kBlocksPerClass each), so steady-state steps do not call malloc at all. Larger blocks go
+// straight to the system. A block freed on another thread joins that thread's lists.
+class BlockCache {
+ public:
+  static constexpr int kMinClass = 6;   // 64 bytes
+  static constexpr int kMaxClass = 20;  // 1 MiB
+  static constexpr size_t kBlocksPerClass = 32;
+
+  static int size_class(size_t bytes) {
+    int c = kMinClass;
+    while ((size_t{1} << c) < bytes) ++c;
+    return c;
+  }
+
+  void* take(int c) {
+    auto& list = lists_[c - kMinClass];
+    if (list.count == 0) return nullptr;
+    return list.blocks[--list.count];
+  }
+  bool give(int c, void* p) {
+    auto& list = lists_[c - kMinClass];
+    if (list.count == kBlocksPerClass) return false;
+    list.blocks[list.count++] = p;
+    return true;
+  }
+  ~BlockCache() {
+    alive = false;
+    for (auto& list : lists_)
+      for (size_t i = 0; i < list.count; ++i) std::free(list.blocks[i]);
+  }
+
+  static thread_local bool alive;  // false once this thread's cache is destroyed
+
+ private:
+  struct List {
+    void* blocks[kBlocksPerClass];
+    size_t count = 0;
+  };
+  List lists_[kMaxClass - kMinClass + 1];
+};
+thread_local bool BlockCache::alive = true;
+
+BlockCache& block_cache() {
+  static thread_local BlockCache cache;
+  return cache;
+}
+
 class CpuAllocator final : public Allocator {
  public:
-  static constexpr size_t kAlignment = 64;
-
   void* allocate(size_t bytes) override {
-    // aligned_alloc wants a size that is a multiple of the alignment (and > 0 for a unique pointer).
-    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    const bool cached = bytes <= (size_t{1} << BlockCache::kMaxClass) && BlockCache::alive;
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;  // aligned_alloc wants a multiple
+    if (cached) {
+      const int c = BlockCache::size_class(bytes);
+      if (void* p = block_cache().take(c)) return p;
+      rounded = size_t{1} << c;
+    }
     void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
     if (p == nullptr) throw OutOfMemory(detail::make_message("cpu allocator: failed to allocate ", bytes, " bytes"));
     return p;
   }
-  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
+  void deallocate(void* ptr, size_t bytes) noexcept override {
+    if (bytes <= (size_t{1} << BlockCache::kMaxClass) && BlockCache::alive &&
+        block_cache().give(BlockCache::size_class(bytes), ptr))
+      return;
+    std::free(ptr);
+  }
 };
 
 }  // namespace

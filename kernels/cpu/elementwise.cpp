@@ -17,8 +17,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const int64_t n = out.numel();
   const bool a_contig = a.is_contiguous(), b_contig = b.is_contiguous();
   if (a_contig && b_contig) {
-#pragma omp parallel for simd if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
+parallel_for(n, [&](int64_t i) { po[i] = op(pa[i], pb[i]); });
     return;
   }
   const int rank = out.dim();
@@ -39,8 +38,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
     for (int d = 0; d < rank; ++d) scalar = scalar && b.strides()[d] == 0;
     if (scalar) {
       const T s = pb[0];
-#pragma omp parallel for simd if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], s);
+parallel_for(n, [&](int64_t i) { po[i] = op(pa[i], s); });
       return;
     }
   }
@@ -81,8 +79,7 @@ void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
     const T* px = x.data<T>();
     T* py = y.data<T>();
     const int64_t n = x.numel();
-#pragma omp parallel for simd if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) py[i] = px[i] > T(0) ? px[i] : T(0);
+parallel_for(n, [&](int64_t i) { py[i] = px[i] > T(0) ? px[i] : T(0); });
   });
 }
 
@@ -93,8 +90,7 @@ void CpuBackend::relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
     const T* py = y.data<T>();
     T* pdx = dx.data<T>();
     const int64_t n = y.numel();
-#pragma omp parallel for simd if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) pdx[i] = py[i] > T(0) ? pdy[i] : T(0);
+parallel_for(n, [&](int64_t i) { pdx[i] = py[i] > T(0) ? pdy[i] : T(0); });
   });
 }
 

@@ -167,8 +167,9 @@ void gemm_blocked(const GemmArgs<T>& g) {
   auto b_pack = aligned_buffer<T>(Tl::KC * (Tl::NC + NR));
   T* ap = a_pack.get();
   T* bp = b_pack.get();
-#pragma omp parallel if (g.m * g.n * g.k > (int64_t{1} << 18))
-  {
+  // The body's `omp for` loops also run orphaned (one thread) when no team is started:
+  // mid-size problems skip the cost of starting one.
+  auto body = [&] {
     alignas(64) T acc[MR * NR];
     for (int64_t j0 = 0; j0 < g.n; j0 += Tl::NC) {
       const int64_t nc = std::min(Tl::NC, g.n - j0);
@@ -192,6 +193,12 @@ void gemm_blocked(const GemmArgs<T>& g) {
         }
       }
     }
+  };
+  if (g.m * g.n * g.k > (int64_t{1} << 18)) {
+#pragma omp parallel
+    body();
+  } else {
+    body();
   }
 }
 

@@ -71,8 +71,7 @@ void CpuBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, ui
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.raw_data());
     const int64_t n = dst.numel();
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_rows(n, n, [&](int64_t i) {
       const philox::Block b = philox::block_for(seed, offset, static_cast<uint64_t>(i));
       double u;
       if constexpr (std::is_same_v<T, float>) u = philox::uniform_float(b);
@@ -80,7 +79,7 @@ void CpuBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, ui
       T v = static_cast<T>(low + (high - low) * u);
       if (v >= static_cast<T>(high) && high > low) v = std::nextafter(static_cast<T>(high), static_cast<T>(low));
       d[i] = v;
-    }
+    });
   });
 }
 
@@ -89,15 +88,14 @@ void CpuBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, 
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.raw_data());
     const int64_t n = dst.numel();
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_rows(n, n, [&](int64_t i) {
       // Box–Muller on two 53-bit uniforms from one block; u1 in (0, 1] keeps log finite.
       const philox::Block b = philox::block_for(seed, offset, static_cast<uint64_t>(i));
       const double u1 = 1.0 - philox::uniform_double(b.x[0], b.x[1]);
       const double u2 = philox::uniform_double(b.x[2], b.x[3]);
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
       d[i] = static_cast<T>(mean + stddev * z);
-    }
+    });
   });
 }
 

@@ -19,8 +19,7 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
     const T damp = static_cast<T>(1.0 - cfg.dampening);
     const bool use_momentum = cfg.momentum != 0.0 && buf != nullptr;
     const int64_t n = param.numel();
-#pragma omp parallel for simd if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for(n, [&](int64_t i) {
       T d = g[i] + wd * p[i];
       if (use_momentum) {
         const T b = cfg.first_step ? d : mu * buf[i] + damp * d;
@@ -28,7 +27,7 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
         d = cfg.nesterov ? d + mu * b : b;
       }
       p[i] -= lr * d;
-    }
+    });
   });
 }
 
@@ -47,8 +46,7 @@ void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, T
     const T decay = static_cast<T>(1.0 - cfg.lr * cfg.weight_decay);
     const bool decoupled = cfg.decoupled_weight_decay;
     const int64_t n = param.numel();
-#pragma omp parallel for simd if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for(n, [&](int64_t i) {
       T gi = g[i];
       if (decoupled) p[i] *= decay;
       else gi += wd * p[i];
@@ -56,7 +54,7 @@ void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, T
       v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
       // PyTorch's form: p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps)
       p[i] -= (lr / bc1) * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
-    }
+    });
   });
 }
 

@@ -19,18 +19,16 @@ void CpuBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inne
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     if (inner == 1) {
-#pragma omp parallel for if (outer * n > kParallelGrain && outer > 1)
-      for (int64_t o = 0; o < outer; ++o) {
+      parallel_rows(outer, outer * n, [&](int64_t o) {
         A acc = 0;
         const T* row = px + o * n;
         for (int64_t j = 0; j < n; ++j) acc += row[j];
         po[o] = static_cast<T>(acc);
-      }
+      });
       return;
     }
     // Reducing a non-last dim: accumulate whole inner rows, streaming through memory.
-#pragma omp parallel for if (outer * n * inner > kParallelGrain && outer > 1)
-    for (int64_t o = 0; o < outer; ++o) {
+    parallel_rows(outer, outer * n * inner, [&](int64_t o) {
       T* dst = po + o * inner;
       for (int64_t i = 0; i < inner; ++i) dst[i] = T(0);
       for (int64_t j = 0; j < n; ++j) {
@@ -38,7 +36,7 @@ void CpuBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inne
 #pragma omp simd
         for (int64_t i = 0; i < inner; ++i) dst[i] += row[i];
       }
-    }
+    });
   });
 }
 

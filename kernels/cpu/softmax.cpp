@@ -32,8 +32,7 @@ T row_logsumexp(const T* row, int64_t cols) {
 template <typename F>
 void for_rows(const Tensor& x, F&& f) {
   const int64_t rows = x.shape()[0], cols = x.shape()[1];
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) f(r, cols);
+  parallel_rows(rows, rows * cols, [&](int64_t r) { f(r, cols); });
 }
 
 }  // namespace
