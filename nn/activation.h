@@ -1,0 +1,27 @@
+// nn::ReLU and nn::Flatten: parameter-free layers.
+#pragma once
+
+#include <string>
+
+#include "nn/module.h"
+
+namespace minidl::nn {
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ReLU"; }
+};
+
+// Flattens dims [start_dim, end_dim] into one (default keeps the batch dim: [N, ...] -> [N, -1]).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim_(start_dim), end_dim_(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Flatten"; }
+
+ private:
+  int64_t start_dim_, end_dim_;
+};
+
+}  // namespace minidl::nn

@@ -1,0 +1,19 @@
+// nn::functional: the stateless forms of the layers and losses (torch.nn.functional).
+#pragma once
+
+#include "core/ops/softmax.h"
+#include "core/tensor.h"
+
+namespace minidl::nn::functional {
+
+Tensor relu(const Tensor& x);
+// x [..., in] · wᵀ + b with w [out, in], b [out] (optional) -> [..., out]; leading dims of
+// any rank >= 1 are flattened into one batch dim for the GEMM and restored afterwards.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
+// relu(linear(x, w, b)) with the relu fused into the GEMM epilogue (same values, one kernel).
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b = {});
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r = ops::Reduction::Mean);
+// (input - target)² reduced; shapes must be equal (no broadcasting).
+Tensor mse_loss(const Tensor& input, const Tensor& target, ops::Reduction r = ops::Reduction::Mean);
+
+}  // namespace minidl::nn::functional

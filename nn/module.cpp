@@ -1,0 +1,178 @@
+// nn::Module: registration, recursive traversal, device moves and state dicts.
+#include "nn/module.h"
+
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+
+namespace minidl::nn {
+
+Tensor Module::forward(const Tensor&) {
+  throw Error(detail::make_message("Module ", name(), ": forward not implemented"));
+}
+
+void Module::check_new_name(const std::string& n, const char* what) const {
+  MINIDL_CHECK(!n.empty(), "Module ", name(), ": ", what, " name must not be empty");
+  MINIDL_CHECK(n.find('.') == std::string::npos, "Module ", name(), ": ", what, " name '", n,
+               "' must not contain '.' (dots separate nested names)");
+  auto taken = [&](const auto& list) {
+    for (const auto& entry : list)
+      if (entry.first == n) return true;
+    return false;
+  };
+  MINIDL_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), "Module ", name(), ": cannot register ",
+               what, " '", n, "': the name is already taken");
+}
+
+Tensor& Module::register_parameter(const std::string& n, Tensor t) {
+  check_new_name(n, "parameter");
+  MINIDL_CHECK(t.defined(), "Module ", name(), ": register_parameter('", n, "') got an undefined tensor");
+  MINIDL_CHECK(is_floating(t.dtype()), "Module ", name(), ": parameter '", n, "' must be float32 or float64, got ",
+               t.dtype());
+  if (!t.is_leaf()) t = t.detach();  // a parameter is a leaf, like torch.nn.Parameter(t)
+  t.requires_grad_(true);
+  parameters_.emplace_back(n, std::move(t));
+  return parameters_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& n, Tensor t) {
+  check_new_name(n, "buffer");
+  MINIDL_CHECK(t.defined(), "Module ", name(), ": register_buffer('", n, "') got an undefined tensor");
+  buffers_.emplace_back(n, std::move(t));
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& n, std::shared_ptr<Module> m) {
+  check_new_name(n, "submodule");
+  MINIDL_CHECK(m != nullptr, "Module ", name(), ": register_module('", n, "') got a null module");
+  MINIDL_CHECK(m.get() != this, "Module ", name(), ": cannot register a module as its own child ('", n, "')");
+  children_.emplace_back(n, std::move(m));
+}
+
+void Module::collect_parameters(const std::string& prefix, std::vector<NamedTensor>& out,
+                                std::unordered_set<const TensorImpl*>* seen) const {
+  for (const auto& [n, t] : parameters_)
+    if (!seen || seen->insert(t.impl()).second) out.emplace_back(prefix + n, t);
+  for (const auto& [n, child] : children_) child->collect_parameters(prefix + n + ".", out, seen);
+}
+
+void Module::collect_buffers(const std::string& prefix, std::vector<NamedTensor>& out,
+                             std::unordered_set<const TensorImpl*>* seen) const {
+  for (const auto& [n, t] : buffers_)
+    if (!seen || seen->insert(t.impl()).second) out.emplace_back(prefix + n, t);
+  for (const auto& [n, child] : children_) child->collect_buffers(prefix + n + ".", out, seen);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<NamedTensor> out;
+  std::unordered_set<const TensorImpl*> seen;
+  collect_parameters("", out, &seen);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<NamedTensor> out;
+  std::unordered_set<const TensorImpl*> seen;
+  collect_buffers("", out, &seen);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, child] : children_) child->train(on);
+}
+
+namespace {
+// Note [moving a tensor in place]: the TensorImpl stays, its storage/strides/offset are
+// replaced by those of a copy on the new device, so every handle (optimizer, user) follows.
+void move_in_place(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return;
+  Tensor moved = t.detach().to(device);
+  t.impl()->storage = moved.storage();
+  t.impl()->strides = moved.strides();
+  t.impl()->offset = moved.offset();
+}
+}  // namespace
+
+Module& Module::to(Device device) {
+  backend_for(device);  // throws for a device without a backend before anything has moved
+  NoGradGuard no_grad;
+  for (auto& [n, p] : named_parameters()) {
+    move_in_place(p, device);
+    move_in_place(p.grad(), device);
+  }
+  for (auto& [n, b] : named_buffers()) move_in_place(b, device);
+  return *this;
+}
+
+void Module::zero_grad() {
+  for (auto& p : parameters()) p.set_grad(Tensor());
+}
+
+StateDict Module::state_dict() const {
+  // Not de-duplicated: a shared tensor is saved under each of its names, as in PyTorch.
+  std::vector<NamedTensor> all;
+  collect_parameters("", all, nullptr);
+  collect_buffers("", all, nullptr);
+  StateDict sd;
+  for (auto& [n, t] : all) sd.emplace(n, t.detach());
+  return sd;
+}
+
+void Module::load_state_dict(const StateDict& sd, bool strict) {
+  std::vector<NamedTensor> own;
+  collect_parameters("", own, nullptr);
+  collect_buffers("", own, nullptr);
+
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::map<std::string, const Tensor*> own_by_name;
+  for (const auto& [n, t] : own) {
+    own_by_name.emplace(n, &t);
+    auto it = sd.find(n);
+    if (it == sd.end()) {
+      missing.push_back(n);
+    } else if (!it->second.defined()) {
+      mismatched.push_back(n + ": expected shape " + t.shape().str() + ", got an undefined tensor");
+    } else if (it->second.shape() != t.shape()) {
+      mismatched.push_back(n + ": expected shape " + t.shape().str() + ", got " + it->second.shape().str());
+    }
+  }
+  for (const auto& [n, t] : sd)
+    if (!own_by_name.count(n)) unexpected.push_back(n);
+
+  const bool key_errors = strict && (!missing.empty() || !unexpected.empty());
+  if (key_errors || !mismatched.empty()) {
+    std::ostringstream os;
+    os << "Module " << name() << ": load_state_dict failed (nothing was loaded)";
+    auto list = [&](const char* title, const std::vector<std::string>& items) {
+      if (items.empty()) return;
+      os << "; " << title << ": ";
+      for (size_t i = 0; i < items.size(); ++i) os << (i ? ", " : "") << items[i];
+    };
+    if (strict) {
+      list("missing keys", missing);
+      list("unexpected keys", unexpected);
+    }
+    list("shape mismatches", mismatched);
+    throw Error(os.str());
+  }
+
+  NoGradGuard no_grad;
+  for (auto& [n, t] : own) {
+    auto it = sd.find(n);
+    if (it == sd.end()) continue;  // non-strict: keep the current value
+    Tensor dst = t;
+    dst.copy_(it->second);
+  }
+}
+
+}  // namespace minidl::nn

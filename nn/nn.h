@@ -1,0 +1,10 @@
+// The nn layer in one include: modules, layers, losses, functional forms and initialisers.
+#pragma once
+
+#include "nn/activation.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "nn/sequential.h"

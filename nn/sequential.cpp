@@ -1,0 +1,42 @@
+// nn::Sequential: in-order forward with the Linear -> ReLU fusion.
+#include "nn/sequential.h"
+
+#include <typeinfo>
+
+#include "nn/activation.h"
+#include "nn/linear.h"
+
+namespace minidl::nn {
+
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  MINIDL_CHECK(m != nullptr, "Sequential: push_back got a null module (position ", layers_.size(), ")");
+  register_module(std::to_string(layers_.size()), m);
+  layers_.push_back(std::move(m));
+}
+
+std::shared_ptr<Module> Sequential::operator[](size_t i) const {
+  MINIDL_CHECK(i < layers_.size(), "Sequential: index ", i, " is out of range for ", layers_.size(), " modules");
+  return layers_[i];
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Module& layer = *layers_[i];
+    // Fuse only the exact classes: a subclass may override forward and mean something else.
+    const bool relu_next = i + 1 < layers_.size() && typeid(*layers_[i + 1]) == typeid(ReLU);
+    if (relu_next && typeid(layer) == typeid(Linear)) {
+      h = static_cast<Linear&>(layer).forward_relu(h);
+      ++i;  // the ReLU ran in the linear's epilogue
+    } else {
+      h = layer.forward(h);
+    }
+  }
+  return h;
+}
+
+}  // namespace minidl::nn

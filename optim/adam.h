@@ -1,0 +1,56 @@
+// optim::Adam and optim::AdamW (Kingma & Ba; Loshchilov & Hutter), PyTorch's rules:
+//   AdamW first decays p *= 1 - lr·wd; Adam instead adds wd·p to the gradient g
+//   m = β1·m + (1 - β1)·g,   v = β2·v + (1 - β2)·g²
+//   p -= lr · (m / (1 - β1ᵗ)) / (sqrt(v / (1 - β2ᵗ)) + eps)
+// with t the parameter's own 1-based step count; one fused kernel (Backend::adam_step).
+#pragma once
+
+#include <map>
+
+#include "optim/optimizer.h"
+
+namespace minidl::optim {
+
+struct AdamOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+// Same fields as AdamOptions; only the weight_decay default differs (PyTorch's AdamW: 1e-2).
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+
+// Per-parameter state; step = 0 and undefined moments until the first update.
+struct AdamParamState {
+  int64_t step = 0;
+  Tensor exp_avg, exp_avg_sq;
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions o = {});
+  Adam(std::vector<ParamGroup> groups, AdamOptions o);
+
+  void step() override;
+  const AdamOptions& options() const { return options_; }
+
+  // State of `param` (for checkpoints): null before its first update.
+  const AdamParamState* find_state(const Tensor& param) const;
+  // Creates the (empty) state when missing, so a checkpoint loader can fill it in.
+  AdamParamState& state(const Tensor& param);
+
+ protected:
+  Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled_weight_decay, const char* optimizer);
+
+ private:
+  AdamOptions options_;
+  bool decoupled_weight_decay_;
+  std::map<const TensorImpl*, AdamParamState> state_;  // keyed by parameter identity
+};
+
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions o = {});
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions o);
+};
+
+}  // namespace minidl::optim

@@ -1,0 +1,61 @@
+// Learning-rate schedules. Each remembers every group's lr at construction (base_lr) and
+// step() advances its epoch counter t and writes lr(t) into every group, in closed form:
+//   StepLR:            lr = base · γ^floor(t / step_size)
+//   CosineAnnealingLR: lr = η_min + (base - η_min) · (1 + cos(π·t / T_max)) / 2
+// Construction leaves the lrs as they are (t = 0 gives base_lr). A scheduler keeps a
+// reference to its optimizer, which must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace minidl::optim {
+
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  // t += 1, then every group's lr = lr_at(t, its base lr).
+  void step();
+  // The lrs the last step (or the constructor) wrote, one per group.
+  std::vector<double> last_lr() const { return last_lr_; }
+  int64_t last_epoch() const { return epoch_; }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
+
+ protected:
+  explicit LRScheduler(Optimizer& optimizer);
+  virtual double lr_at(int64_t t, double base_lr) const = 0;
+
+ private:
+  Optimizer& optimizer_;
+  std::vector<double> base_lrs_;
+  std::vector<double> last_lr_;
+  int64_t epoch_ = 0;
+};
+
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+
+ protected:
+  double lr_at(int64_t t, double base_lr) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0);
+
+ protected:
+  double lr_at(int64_t t, double base_lr) const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+}  // namespace minidl::optim

@@ -1,0 +1,144 @@
+// Tests for optim/adam.*: Adam (L2 weight decay) and AdamW (decoupled) against sequences
+// computed here by hand in double, per-parameter step counts and state, groups, and errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/optim.h"
+
+using namespace minidl;
+
+namespace {
+
+// PyTorch's Adam / AdamW, written out independently of the kernel, one scalar at a time.
+struct HandAdam {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled;
+  std::vector<double> m, v;
+  int64_t t = 0;
+  void step(std::vector<double>& p, const std::vector<double>& grad) {
+    if (m.empty()) m.assign(p.size(), 0.0), v.assign(p.size(), 0.0);
+    ++t;
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = grad[i];
+      if (decoupled) {
+        p[i] *= 1 - lr * weight_decay;
+      } else {
+        g += weight_decay * p[i];
+      }
+      m[i] = beta1 * m[i] + (1 - beta1) * g;
+      v[i] = beta2 * v[i] + (1 - beta2) * g * g;
+      const double mhat = m[i] / (1 - std::pow(beta1, static_cast<double>(t)));
+      const double vhat = v[i] / (1 - std::pow(beta2, static_cast<double>(t)));
+      p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+};
+
+Tensor param64(const std::vector<double>& values) {
+  Tensor p = from_vector<double>(values);
+  p.requires_grad_(true);
+  return p;
+}
+
+const std::vector<std::vector<double>> kGrads = {
+    {0.5, -1.0, 2.0}, {0.25, 0.75, -1.5}, {-0.3, 0.1, 0.9}, {1.2, -0.4, 0.0}, {0.05, 0.6, -2.2}};
+const std::vector<double> kStart = {1.0, -2.0, 0.5};
+
+// 1e-12: same double math as the kernel, which may compute the bias corrections in another
+// (algebraically equal) order, e.g. sqrt(v)/sqrt(1 - β2ᵗ); a few ulps on O(1) values.
+constexpr double kTol = 1e-12;
+
+void check_close(const Tensor& t, const std::vector<double>& expected) {
+  const std::vector<double> got = t.to_vector<double>();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(kTol));
+}
+
+template <typename Opt>
+void run_against_hand(Opt& opt, Tensor& p, HandAdam hand) {
+  std::vector<double> expected = kStart;
+  for (const auto& g : kGrads) {
+    p.set_grad(from_vector<double>(g));
+    opt.step();
+    hand.step(expected, g);
+    check_close(p, expected);
+    const optim::AdamParamState* s = opt.find_state(p);
+    REQUIRE(s != nullptr);
+    CHECK(s->step == hand.t);
+    check_close(s->exp_avg, hand.m);
+    check_close(s->exp_avg_sq, hand.v);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Adam with L2 weight decay matches a hand-computed sequence", "[optim]") {
+  Tensor p = param64(kStart);
+  optim::Adam adam({p}, {.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1});
+  run_against_hand(adam, p, HandAdam{0.1, 0.8, 0.95, 1e-6, 0.1, false, {}, {}});
+}
+
+TEST_CASE("Adam with default options matches a hand-computed sequence", "[optim]") {
+  Tensor p = param64(kStart);
+  optim::Adam adam({p});
+  run_against_hand(adam, p, HandAdam{1e-3, 0.9, 0.999, 1e-8, 0.0, false, {}, {}});
+}
+
+TEST_CASE("AdamW decays the weights apart from the gradient and matches a hand-computed sequence", "[optim]") {
+  Tensor p = param64(kStart);
+  optim::AdamW adamw({p}, {.lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.2});
+  run_against_hand(adamw, p, HandAdam{0.05, 0.9, 0.99, 1e-8, 0.2, true, {}, {}});
+}
+
+TEST_CASE("AdamW defaults to weight decay 1e-2", "[optim]") {
+  Tensor p = param64(kStart);
+  optim::AdamW adamw({p});
+  CHECK(adamw.options().weight_decay == 1e-2);
+  run_against_hand(adamw, p, HandAdam{1e-3, 0.9, 0.999, 1e-8, 1e-2, true, {}, {}});
+}
+
+TEST_CASE("Adam counts steps per parameter and skips parameters without a grad", "[optim]") {
+  Tensor a = param64({1.0}), b = param64({2.0});
+  optim::Adam adam({a, b}, {.lr = 0.1});
+  HandAdam hand_a{0.1, 0.9, 0.999, 1e-8, 0, false, {}, {}}, hand_b = hand_a;
+  std::vector<double> ea = {1.0}, eb = {2.0};
+  for (int step = 0; step < 4; ++step) {
+    a.set_grad(from_vector<double>({0.5 + step}));
+    hand_a.step(ea, {0.5 + step});
+    if (step % 2 == 1) {  // b gets a gradient on every other step only
+      b.set_grad(from_vector<double>({-1.0 * step}));
+      hand_b.step(eb, {-1.0 * step});
+    } else {
+      b.set_grad(Tensor());
+    }
+    adam.step();
+  }
+  CHECK(adam.find_state(a)->step == 4);
+  CHECK(adam.find_state(b)->step == 2);
+  check_close(a, ea);
+  check_close(b, eb);
+}
+
+TEST_CASE("Adam param groups use their own learning rates", "[optim]") {
+  Tensor a = param64({1.0}), b = param64({1.0});
+  optim::Adam adam(std::vector<optim::ParamGroup>{{{a}, 0.1}, {{b}, 0.01}}, {});
+  a.set_grad(from_vector<double>({3.0}));
+  b.set_grad(from_vector<double>({3.0}));
+  adam.step();
+  // First Adam step: mhat = g, vhat = g², so the step is lr·g/(|g| + eps).
+  check_close(a, {1.0 - 0.1 * 3.0 / (3.0 + 1e-8)});
+  check_close(b, {1.0 - 0.01 * 3.0 / (3.0 + 1e-8)});
+}
+
+TEST_CASE("Adam and AdamW reject bad options with a clear error", "[optim]") {
+  Tensor p = param64({1.0});
+  CHECK_THROWS_WITH(optim::Adam({p}, {.lr = -1}), Catch::Contains("Adam: invalid learning rate -1"));
+  CHECK_THROWS_WITH(optim::Adam({p}, {.beta1 = 1.0}), Catch::Contains("invalid beta1 1 (expected 0 <= beta1 < 1)"));
+  CHECK_THROWS_WITH(optim::Adam({p}, {.beta2 = -0.1}), Catch::Contains("invalid beta2"));
+  CHECK_THROWS_WITH(optim::Adam({p}, {.eps = -1e-8}), Catch::Contains("invalid eps"));
+  CHECK_THROWS_WITH(optim::AdamW({p}, {.weight_decay = -0.1}), Catch::Contains("AdamW: invalid weight_decay"));
+  CHECK_THROWS_WITH(optim::AdamW({p}, {.beta2 = 1.0}), Catch::Contains("AdamW: invalid beta2"));
+}

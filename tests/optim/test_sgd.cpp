@@ -1,0 +1,179 @@
+// Tests for optim/sgd.* and optim/optimizer.*: the SGD rules (plain, momentum with
+// dampening, Nesterov with weight decay) against sequences computed here by hand in double,
+// parameter groups, skipped parameters, exposed state and the option / parameter errors.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+using namespace minidl;
+
+namespace {
+
+// PyTorch's SGD, written out independently of the kernel, one scalar at a time.
+struct HandSGD {
+  double lr, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  std::vector<double> buf;
+  void step(std::vector<double>& p, const std::vector<double>& grad) {
+    const bool first = buf.empty();
+    if (first) buf.assign(p.size(), 0.0);
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = grad[i] + weight_decay * p[i];
+      if (momentum != 0) {
+        buf[i] = first ? g : momentum * buf[i] + (1 - dampening) * g;
+        g = nesterov ? g + momentum * buf[i] : buf[i];
+      }
+      p[i] -= lr * g;
+    }
+  }
+};
+
+Tensor param64(const std::vector<double>& values) {
+  Tensor p = from_vector<double>(values);
+  p.requires_grad_(true);
+  return p;
+}
+
+// Five fixed gradients for a 3-element parameter, varied in sign and size.
+const std::vector<std::vector<double>> kGrads = {
+    {0.5, -1.0, 2.0}, {0.25, 0.75, -1.5}, {-0.3, 0.1, 0.9}, {1.2, -0.4, 0.0}, {0.05, 0.6, -2.2}};
+const std::vector<double> kStart = {1.0, -2.0, 0.5};
+
+// 1e-12: the kernel does the same double arithmetic, but may order or fuse it differently
+// (a few ulps per step on O(1) values, over five steps).
+constexpr double kTol = 1e-12;
+
+void check_close(const Tensor& t, const std::vector<double>& expected) {
+  const std::vector<double> got = t.to_vector<double>();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(kTol));
+}
+
+void run_against_hand(const optim::SGDOptions& o) {
+  Tensor p = param64(kStart);
+  optim::SGD sgd({p}, o);
+  HandSGD hand{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, {}};
+  std::vector<double> expected = kStart;
+  for (const auto& g : kGrads) {
+    p.set_grad(from_vector<double>(g));
+    sgd.step();
+    hand.step(expected, g);
+    check_close(p, expected);
+    if (o.momentum != 0) {
+      const optim::SGDParamState* s = sgd.find_state(p);
+      REQUIRE(s != nullptr);
+      check_close(s->momentum_buffer, hand.buf);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("plain SGD subtracts lr times the gradient", "[optim]") {
+  run_against_hand({.lr = 0.1});
+}
+
+TEST_CASE("SGD with momentum and dampening matches a hand-computed sequence", "[optim]") {
+  run_against_hand({.lr = 0.05, .momentum = 0.9, .dampening = 0.3});
+}
+
+TEST_CASE("SGD with nesterov momentum and weight decay matches a hand-computed sequence", "[optim]") {
+  run_against_hand({.lr = 0.1, .momentum = 0.8, .dampening = 0, .weight_decay = 0.01, .nesterov = true});
+}
+
+TEST_CASE("SGD without momentum keeps no momentum buffer", "[optim]") {
+  Tensor p = param64(kStart);
+  optim::SGD sgd({p}, {.lr = 0.1, .weight_decay = 0.5});
+  p.set_grad(from_vector<double>(kGrads[0]));
+  sgd.step();
+  const optim::SGDParamState* s = sgd.find_state(p);
+  CHECK((s == nullptr || !s->momentum_buffer.defined()));
+}
+
+TEST_CASE("SGD param groups use their own learning rates", "[optim]") {
+  Tensor a = param64({1.0, 2.0}), b = param64({3.0});
+  optim::SGD sgd(std::vector<optim::ParamGroup>{{{a}, 0.1}, {{b}, 0.5}}, {.momentum = 0.9});
+  for (int step = 0; step < 3; ++step) {
+    a.set_grad(from_vector<double>({1.0, -1.0}));
+    b.set_grad(from_vector<double>({2.0}));
+    sgd.step();
+  }
+  // Constant gradient g with momentum 0.9: buf = g, 1.9g, 2.71g; total lr·g·(1 + 1.9 + 2.71).
+  const double sum = 1 + 1.9 + 2.71;
+  check_close(a, {1.0 - 0.1 * sum, 2.0 + 0.1 * sum});
+  check_close(b, {3.0 - 0.5 * 2.0 * sum});
+  CHECK(sgd.param_groups()[1].lr == 0.5);
+}
+
+TEST_CASE("SGD skips parameters whose grad is undefined", "[optim]") {
+  Tensor used = param64({1.0}), unused = param64({5.0});
+  optim::SGD sgd({used, unused}, {.lr = 0.1, .momentum = 0.9});
+  used.set_grad(from_vector<double>({1.0}));
+  sgd.step();
+  check_close(used, {0.9});
+  check_close(unused, {5.0});
+  CHECK(sgd.find_state(unused) == nullptr);
+}
+
+TEST_CASE("SGD on float32 parameters updates with the same rule", "[optim]") {
+  Tensor p = from_vector<float>({1.0f, -2.0f});
+  p.requires_grad_(true);
+  optim::SGD sgd({p}, {.lr = 0.5, .momentum = 0.5});
+  p.set_grad(from_vector<float>({1.0f, 1.0f}));
+  sgd.step();  // buf = 1, p = [0.5, -2.5]
+  sgd.step();  // buf = 1.5, p = [-0.25, -3.25]
+  // Exact: every value is a multiple of 1/4.
+  CHECK(p.to_vector<float>() == std::vector<float>{-0.25f, -3.25f});
+}
+
+TEST_CASE("SGD training lowers a linear model's MSE loss", "[optim]") {
+  Generator gen(9);
+  nn::Linear model(4, 1, true, &gen);
+  const Tensor x = randn(Shape{32, 4}, {}, &gen);
+  const Tensor y = ops::sum(x, 1, /*keepdim=*/true);  // [32, 1] target: the sum of the features
+  optim::SGD sgd(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  nn::MSELoss mse;
+  const double first = mse(model(x), y).item();
+  for (int i = 0; i < 50; ++i) {
+    sgd.zero_grad();
+    Tensor loss = mse(model(x), y);
+    loss.backward();
+    sgd.step();
+  }
+  CHECK(mse(model(x), y).item() < 0.01 * first);
+}
+
+TEST_CASE("Optimizer::zero_grad sets the grads to undefined", "[optim]") {
+  Tensor p = param64({1.0});
+  p.set_grad(from_vector<double>({3.0}));
+  optim::SGD sgd({p});
+  sgd.zero_grad();
+  CHECK_FALSE(p.grad().defined());
+}
+
+TEST_CASE("SGD rejects bad options with a clear error", "[optim]") {
+  Tensor p = param64({1.0});
+  CHECK_THROWS_WITH(optim::SGD({p}, {.lr = -0.1}), Catch::Contains("SGD: invalid learning rate -0.1"));
+  CHECK_THROWS_WITH(optim::SGD({p}, {.momentum = -1}), Catch::Contains("invalid momentum"));
+  CHECK_THROWS_WITH(optim::SGD({p}, {.weight_decay = -1}), Catch::Contains("invalid weight_decay"));
+  CHECK_THROWS_WITH(optim::SGD({p}, {.nesterov = true}), Catch::Contains("nesterov momentum requires momentum > 0"));
+  CHECK_THROWS_WITH(optim::SGD({p}, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}),
+                    Catch::Contains("dampening == 0"));
+  CHECK_THROWS_WITH(optim::SGD(std::vector<optim::ParamGroup>{{{p}, -1.0}}, {}),
+                    Catch::Contains("invalid learning rate -1 in param group 0"));
+}
+
+TEST_CASE("optimizers reject empty, repeated, non-leaf and integer parameters", "[optim]") {
+  Tensor p = param64({1.0});
+  CHECK_THROWS_WITH(optim::SGD(std::vector<Tensor>{}), Catch::Contains("empty parameter list"));
+  CHECK_THROWS_WITH(optim::SGD({p, p}), Catch::Contains("appears more than once"));
+  CHECK_THROWS_WITH(optim::SGD({p * 2.0}), Catch::Contains("not a leaf"));
+  CHECK_THROWS_WITH(optim::SGD({zeros(Shape{2}, DType::Int64)}), Catch::Contains("int64"));
+  CHECK_THROWS_WITH(optim::SGD({Tensor()}), Catch::Contains("undefined"));
+}
