@@ -1,0 +1,147 @@
+// DataLoader: epoch bookkeeping, in-order delivery, and the prefetching worker threads.
+#include "data/dataloader.h"
+
+#include <algorithm>
+
+#include "core/autograd.h"
+
+namespace minidl::data {
+
+// One pass over the dataset. Without workers, batches are built on demand in the consumer's
+// thread; with workers, worker w builds batches w, w + W, w + 2W, ... and parks each in
+// `ready` until the consumer takes it.
+struct DataLoader::Epoch {
+  const Dataset* dataset = nullptr;
+  std::vector<int64_t> order;
+  int64_t batch_size = 1;
+  int64_t num_batches = 0;
+  Batch current;
+  int64_t current_index = -1;
+
+  std::vector<std::thread> workers;
+  std::mutex mutex;
+  std::condition_variable produced, consumed;
+  std::map<int64_t, Batch> ready;
+  std::map<int64_t, std::exception_ptr> failed;
+  int64_t next_to_take = 0;
+  int64_t window = 0;  // how far ahead of the consumer workers may run
+  bool stopping = false;
+
+  std::vector<int64_t> indices_of(int64_t b) const {
+    const int64_t begin = b * batch_size;
+    const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order.size()));
+    return std::vector<int64_t>(order.begin() + begin, order.begin() + end);
+  }
+
+  Batch build(int64_t b) const {
+    NoGradGuard no_grad;
+    return dataset->get_batch(indices_of(b));
+  }
+
+  void start_workers(int count) {
+    window = 2 * static_cast<int64_t>(count);
+    for (int w = 0; w < count; ++w) {
+      workers.emplace_back([this, w, count] {
+        for (int64_t b = w; b < num_batches; b += count) {
+          {
+            std::unique_lock<std::mutex> lock(mutex);
+            consumed.wait(lock, [&] { return stopping || b < next_to_take + window; });
+            if (stopping) return;
+          }
+          Batch batch;
+          std::exception_ptr error;
+          try {
+            batch = build(b);
+          } catch (...) {
+            error = std::current_exception();
+          }
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (error) failed[b] = error;
+            else ready[b] = std::move(batch);
+          }
+          produced.notify_all();
+        }
+      });
+    }
+  }
+
+  void load(int64_t b) {
+    if (workers.empty()) {
+      current = build(b);
+    } else {
+      std::unique_lock<std::mutex> lock(mutex);
+      produced.wait(lock, [&] { return ready.count(b) > 0 || failed.count(b) > 0; });
+      if (auto it = failed.find(b); it != failed.end()) {
+        std::exception_ptr e = it->second;
+        failed.erase(it);
+        std::rethrow_exception(e);
+      }
+      current = std::move(ready[b]);
+      ready.erase(b);
+      next_to_take = b + 1;
+      lock.unlock();
+      consumed.notify_all();
+    }
+    current_index = b;
+  }
+
+  ~Epoch() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    consumed.notify_all();
+    for (auto& t : workers) t.join();
+  }
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  MINIDL_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
+  MINIDL_CHECK(options_.batch_size > 0, "DataLoader: batch_size must be positive, got ", options_.batch_size);
+  MINIDL_CHECK(options_.num_workers >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers);
+  MINIDL_CHECK(dataset_->size() > 0, "DataLoader: the dataset is empty");
+  if (options_.shuffle) sampler_ = std::make_unique<RandomSampler>(dataset_->size(), options_.seed);
+  else sampler_ = std::make_unique<SequentialSampler>(dataset_->size());
+}
+
+DataLoader::~DataLoader() = default;
+
+int64_t DataLoader::size() const {
+  const int64_t n = dataset_->size(), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  current_.reset();  // stops the workers of an unfinished previous epoch
+  auto epoch = std::make_unique<Epoch>();
+  epoch->dataset = dataset_.get();
+  epoch->order = sampler_->indices(next_epoch_++);
+  epoch->batch_size = options_.batch_size;
+  epoch->num_batches = size();
+  current_ = std::move(epoch);
+  if (options_.num_workers > 0) current_->start_workers(options_.num_workers);
+  if (current_->num_batches > 0) current_->load(0);
+  return Iterator(current_.get(), current_->num_batches > 0 ? 0 : -1);
+}
+
+DataLoader::Iterator DataLoader::end() { return Iterator(current_.get(), -1); }
+
+Batch& DataLoader::Iterator::operator*() const {
+  MINIDL_CHECK(epoch_ != nullptr && batch_ >= 0, "DataLoader: dereferencing an end iterator");
+  return epoch_->current;
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  const int64_t next = batch_ + 1;
+  if (next >= epoch_->num_batches) {
+    batch_ = -1;
+  } else {
+    epoch_->load(next);
+    batch_ = next;
+  }
+  return *this;
+}
+
+}  // namespace minidl::data
