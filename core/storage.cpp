@@ -17,6 +17,12 @@ constexpr size_t kAlignment = 64;
 // 1 MiB are rounded to a power of two and kept on a per-thread free list (at most
 // kBlocksPerClass each), so steady-state steps do not call malloc at all. Larger blocks go
 // straight to the system. A block freed on another thread joins that thread's lists.
+// Under AddressSanitizer the cache is off, so that a use after free is still caught.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUseBlockCache = false;
+#else
+constexpr bool kUseBlockCache = true;
+#endif
 class BlockCache {
  public:
   static constexpr int kMinClass = 6;   // 64 bytes
@@ -65,7 +71,7 @@ BlockCache& block_cache() {
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
-    const bool cached = bytes <= (size_t{1} << BlockCache::kMaxClass) && BlockCache::alive;
+    const bool cached = kUseBlockCache && bytes <= (size_t{1} << BlockCache::kMaxClass) && BlockCache::alive;
     size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;  // aligned_alloc wants a multiple
     if (cached) {
       const int c = BlockCache::size_class(bytes);
@@ -77,7 +83,7 @@ class CpuAllocator final : public Allocator {
     return p;
   }
   void deallocate(void* ptr, size_t bytes) noexcept override {
-    if (bytes <= (size_t{1} << BlockCache::kMaxClass) && BlockCache::alive &&
+    if (kUseBlockCache && bytes <= (size_t{1} << BlockCache::kMaxClass) && BlockCache::alive &&
         block_cache().give(BlockCache::size_class(bytes), ptr))
       return;
     std::free(ptr);
