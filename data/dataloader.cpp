@@ -27,21 +27,23 @@ struct DataLoader::Epoch {
   int64_t window = 0;  // how far ahead of the consumer workers may run
   bool stopping = false;
 
-  std::vector<int64_t> indices_of(int64_t b) const {
+  std::vector<int64_t> scratch;  // the consumer's index buffer, reused batch after batch
+
+  // Fills `indices` (reusing its capacity, so a steady epoch allocates only the batch
+  // tensors) with batch b's slice of the order and builds the batch.
+  Batch build(int64_t b, std::vector<int64_t>& indices) const {
     const int64_t begin = b * batch_size;
     const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order.size()));
-    return std::vector<int64_t>(order.begin() + begin, order.begin() + end);
-  }
-
-  Batch build(int64_t b) const {
+    indices.assign(order.begin() + begin, order.begin() + end);
     NoGradGuard no_grad;
-    return dataset->get_batch(indices_of(b));
+    return dataset->get_batch(indices);
   }
 
   void start_workers(int count) {
     window = 2 * static_cast<int64_t>(count);
     for (int w = 0; w < count; ++w) {
       workers.emplace_back([this, w, count] {
+        std::vector<int64_t> indices;
         for (int64_t b = w; b < num_batches; b += count) {
           {
             std::unique_lock<std::mutex> lock(mutex);
@@ -51,13 +53,13 @@ struct DataLoader::Epoch {
           Batch batch;
           std::exception_ptr error;
           try {
-            batch = build(b);
+            batch = build(b, indices);
           } catch (...) {
             error = std::current_exception();
           }
           {
             std::lock_guard<std::mutex> lock(mutex);
-            if (error) failed[b] = error;
+            if (error) failed[b] = std::move(error);  // moved: the worker keeps no reference
             else ready[b] = std::move(batch);
           }
           produced.notify_all();
@@ -68,7 +70,7 @@ struct DataLoader::Epoch {
 
   void load(int64_t b) {
     if (workers.empty()) {
-      current = build(b);
+      current = build(b, scratch);
     } else {
       std::unique_lock<std::mutex> lock(mutex);
       produced.wait(lock, [&] { return ready.count(b) > 0 || failed.count(b) > 0; });
@@ -117,7 +119,8 @@ DataLoader::Iterator DataLoader::begin() {
   current_.reset();  // stops the workers of an unfinished previous epoch
   auto epoch = std::make_unique<Epoch>();
   epoch->dataset = dataset_.get();
-  epoch->order = sampler_->indices(next_epoch_++);
+  current_epoch_ = next_epoch_++;
+  epoch->order = sampler_->indices(current_epoch_);
   epoch->batch_size = options_.batch_size;
   epoch->num_batches = size();
   current_ = std::move(epoch);

@@ -2,7 +2,8 @@
 // Each begin() starts the next epoch (0, 1, 2, ...; set_epoch overrides), so a shuffled
 // loader visits a new seeded order every epoch. With num_workers > 0, worker threads build
 // batches ahead of the consumer (at most 2 per worker in flight) and hand them over in
-// order, so the batches are exactly those of num_workers = 0.
+// order, so the batches are exactly those of num_workers = 0. One epoch runs at a time:
+// begin() ends the previous epoch (joining its workers), and its iterators become invalid.
 #pragma once
 
 #include <condition_variable>
@@ -53,8 +54,8 @@ class DataLoader {
   Iterator begin();  // starts the next epoch
   Iterator end();
   int64_t size() const;  // batches per epoch
-  void set_epoch(int64_t epoch) { next_epoch_ = epoch; }
-  int64_t epoch() const { return next_epoch_ - 1; }  // the epoch last started (-1 before any)
+  void set_epoch(int64_t epoch) { next_epoch_ = epoch; }  // the next begin() starts this epoch
+  int64_t epoch() const { return current_epoch_; }       // the epoch last started (-1 before any)
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
 
@@ -63,6 +64,7 @@ class DataLoader {
   DataLoaderOptions options_;
   std::unique_ptr<Sampler> sampler_;
   int64_t next_epoch_ = 0;
+  int64_t current_epoch_ = -1;
   std::unique_ptr<Epoch> current_;
 };
 

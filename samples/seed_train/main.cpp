@@ -41,11 +41,8 @@ int main(int argc, char** argv) {
 
   try {
     // PyTorch: if torch.cuda.is_available(): print("GPU is available!") else: ...
-    if (cuda_is_available()) {
-      std::printf("GPU is available! (%d CUDA device(s))\n", cuda_device_count());
-    } else {
-      std::printf("GPU is not available! (%d CUDA devices)\n", cuda_device_count());
-    }
+    std::printf("%s (%d CUDA device(s))\n", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
+                cuda_device_count());
     // PyTorch: device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     const Device device = device_name == "auto" ? default_device() : Device(device_name);
 

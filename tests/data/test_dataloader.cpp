@@ -1,8 +1,11 @@
 // DataLoader and samplers: coverage of every index, drop_last, seeded shuffling that is the
-// same across runs and different across epochs, and workers that change nothing but speed.
+// same across runs and different across epochs, epoch counting, and workers that change
+// nothing but speed (same batches, errors rethrown on the consumer, clean early exits).
 #include <catch2/catch.hpp>
 #include <algorithm>
-#include <set>
+#include <chrono>
+#include <numeric>
+#include <thread>
 
 #include "data/data.h"
 
@@ -17,15 +20,61 @@ std::shared_ptr<TensorDataset> identity_dataset(int64_t n) {
   return std::make_shared<TensorDataset>(x, ids);
 }
 
+// The labels of each batch of one epoch (one begin() .. end()), checking x agrees with y.
 std::vector<std::vector<int64_t>> epoch_batches(DataLoader& loader) {
   std::vector<std::vector<int64_t>> out;
   for (Batch& b : loader) {
-    REQUIRE(b.x.shape()[0] == b.y.shape()[0]);
-    out.push_back(b.y.to_vector<int64_t>());
+    REQUIRE(b.x.shape() == Shape{b.y.shape()[0], 2});
+    std::vector<int64_t> ids = b.y.to_vector<int64_t>();
+    std::vector<float> xs = b.x.to_vector<float>();
+    for (size_t k = 0; k < ids.size(); ++k) REQUIRE(xs[2 * k] == static_cast<float>(ids[k]));
+    out.push_back(std::move(ids));
   }
   return out;
 }
+
+std::vector<int64_t> iota_vector(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), int64_t{0});
+  return v;
+}
+
+// Fails on example 13, to test that errors reach the consumer.
+struct UnluckyDataset : Dataset {
+  Example get(int64_t i) const override {
+    MINIDL_CHECK(i != 13, "UnluckyDataset: example 13 is unlucky");
+    return Example{full({2}, static_cast<double>(i)), full({}, static_cast<double>(i), DType::Int64)};
+  }
+  int64_t size() const override { return 20; }
+};
+
+// Slow examples, so that a loader is destroyed while its workers are mid-batch.
+struct SlowDataset : Dataset {
+  Example get(int64_t i) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return Example{full({2}, static_cast<double>(i)), full({}, static_cast<double>(i), DType::Int64)};
+  }
+  int64_t size() const override { return 200; }
+};
 }  // namespace
+
+TEST_CASE("samplers: sequential is 0..n-1; random is a seeded permutation per epoch", "[data]") {
+  CHECK(SequentialSampler(5).indices(0) == iota_vector(5));
+  CHECK(SequentialSampler(5).indices(3) == iota_vector(5));
+  RandomSampler a(64, 11), b(64, 11);
+  std::vector<int64_t> e0 = a.indices(0), e1 = a.indices(1);
+  CHECK(e0 == b.indices(0));  // same (seed, epoch), same order
+  CHECK(e0 == a.indices(0));  // asking again does not advance anything
+  CHECK(e0 != e1);
+  CHECK(e0 != RandomSampler(64, 12).indices(0));
+  CHECK(e0 != iota_vector(64));
+  std::sort(e0.begin(), e0.end());
+  std::sort(e1.begin(), e1.end());
+  CHECK(e0 == iota_vector(64));
+  CHECK(e1 == iota_vector(64));
+  CHECK(RandomSampler(1, 0).indices(5) == std::vector<int64_t>{0});
+  CHECK_THROWS_AS(RandomSampler(-1, 0), Error);
+}
 
 TEST_CASE("every index appears exactly once per epoch, shuffled or not", "[data]") {
   for (bool shuffle : {false, true}) {
@@ -33,103 +82,136 @@ TEST_CASE("every index appears exactly once per epoch, shuffled or not", "[data]
     for (int epoch = 0; epoch < 3; ++epoch) {
       auto batches = epoch_batches(loader);
       REQUIRE(batches.size() == 11);
+      for (size_t k = 0; k + 1 < batches.size(); ++k) CHECK(batches[k].size() == 10);
       CHECK(batches.back().size() == 3);
       std::vector<int64_t> all;
       for (auto& b : batches) all.insert(all.end(), b.begin(), b.end());
+      if (!shuffle) CHECK(all == iota_vector(103));
       std::sort(all.begin(), all.end());
-      std::vector<int64_t> expected(103);
-      for (int64_t i = 0; i < 103; ++i) expected[static_cast<size_t>(i)] = i;
-      CHECK(all == expected);
+      CHECK(all == iota_vector(103));
     }
   }
 }
 
-TEST_CASE("drop_last drops the short final batch", "[data]") {
+TEST_CASE("drop_last decides whether the short final batch is kept", "[data]") {
   DataLoader keep(identity_dataset(25), DataLoaderOptions{.batch_size = 10});
   DataLoader drop(identity_dataset(25), DataLoaderOptions{.batch_size = 10, .drop_last = true});
   CHECK(keep.size() == 3);
   CHECK(drop.size() == 2);
-  auto batches = epoch_batches(drop);
-  REQUIRE(batches.size() == 2);
-  CHECK(batches[1] == std::vector<int64_t>{10, 11, 12, 13, 14, 15, 16, 17, 18, 19});
+  auto kept = epoch_batches(keep);
+  REQUIRE(kept.size() == 3);
+  CHECK(kept[2] == std::vector<int64_t>{20, 21, 22, 23, 24});
+  auto dropped = epoch_batches(drop);
+  REQUIRE(dropped.size() == 2);
+  CHECK(dropped[1] == std::vector<int64_t>{10, 11, 12, 13, 14, 15, 16, 17, 18, 19});
+  // An exact multiple loses nothing either way.
+  DataLoader exact(identity_dataset(30), DataLoaderOptions{.batch_size = 10, .drop_last = true});
+  CHECK(epoch_batches(exact).size() == 3);
+  // A batch larger than the dataset: one short batch, or none with drop_last.
+  DataLoader big(identity_dataset(5), DataLoaderOptions{.batch_size = 10});
+  auto one = epoch_batches(big);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].size() == 5);
   DataLoader tiny(identity_dataset(5), DataLoaderOptions{.batch_size = 10, .drop_last = true});
+  CHECK(tiny.size() == 0);
   CHECK(epoch_batches(tiny).empty());
 }
 
-TEST_CASE("the same seed gives the same order; each epoch a different one", "[data]") {
+TEST_CASE("the same seed gives the same order in two loaders; each epoch a different one", "[data]") {
   DataLoader a(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 9});
   DataLoader b(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 9});
   DataLoader c(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 10});
-  auto a0 = epoch_batches(a), a1 = epoch_batches(a);
+  auto a0 = epoch_batches(a), a1 = epoch_batches(a), a2 = epoch_batches(a);
   CHECK(a0 == epoch_batches(b));
   CHECK(a1 == epoch_batches(b));
   CHECK(a0 != a1);
+  CHECK(a1 != a2);
   CHECK(a0 != epoch_batches(c));
-  a.set_epoch(0);
-  CHECK(epoch_batches(a) == a0);
-  CHECK(a.epoch() == 0);
+}
+
+TEST_CASE("each begin() starts the next epoch; set_epoch chooses the next one", "[data]") {
+  DataLoader loader(identity_dataset(40), DataLoaderOptions{.batch_size = 8, .shuffle = true, .seed = 2});
+  CHECK(loader.epoch() == -1);
+  auto e0 = epoch_batches(loader);
+  CHECK(loader.epoch() == 0);
+  auto e1 = epoch_batches(loader);
+  CHECK(loader.epoch() == 1);
+  // Leaving an epoch early still counts it as started.
+  for (Batch& b : loader) {
+    (void)b;
+    break;
+  }
+  CHECK(loader.epoch() == 2);
+  loader.set_epoch(1);
+  CHECK(loader.epoch() == 2);  // set_epoch affects the next begin(), not the one running
+  CHECK(epoch_batches(loader) == e1);
+  CHECK(loader.epoch() == 1);
+  loader.set_epoch(0);
+  CHECK(epoch_batches(loader) == e0);
+  // The loader's epoch e is the sampler's epoch e.
+  RandomSampler sampler(40, 2);
+  std::vector<int64_t> flat;
+  for (auto& b : e1) flat.insert(flat.end(), b.begin(), b.end());
+  CHECK(flat == sampler.indices(1));
 }
 
 TEST_CASE("worker threads deliver exactly the batches of the single-threaded loader", "[data]") {
   auto ds = identity_dataset(97);
-  DataLoader plain(ds, DataLoaderOptions{.batch_size = 8, .shuffle = true, .seed = 3});
-  auto e0 = epoch_batches(plain), e1 = epoch_batches(plain);
-  for (int workers : {1, 2, 3}) {
-    DataLoader threaded(ds, DataLoaderOptions{.batch_size = 8, .shuffle = true, .num_workers = workers, .seed = 3});
-    CHECK(epoch_batches(threaded) == e0);
-    CHECK(epoch_batches(threaded) == e1);
-    // Leaving an epoch early and starting another must not hang or leak threads.
-    for (Batch& b : threaded) {
-      (void)b;
-      break;
+  for (bool drop_last : {false, true}) {
+    DataLoader plain(ds, DataLoaderOptions{.batch_size = 8, .shuffle = true, .drop_last = drop_last, .seed = 3});
+    auto e0 = epoch_batches(plain), e1 = epoch_batches(plain);
+    for (int workers : {1, 2, 3}) {
+      DataLoader threaded(ds, DataLoaderOptions{.batch_size = 8, .shuffle = true, .drop_last = drop_last,
+                                                .num_workers = workers, .seed = 3});
+      CHECK(epoch_batches(threaded) == e0);
+      CHECK(epoch_batches(threaded) == e1);
+      // Leaving an epoch early and starting another must not hang or leak threads.
+      for (Batch& b : threaded) {
+        (void)b;
+        break;
+      }
+      CHECK(epoch_batches(threaded).size() == e0.size());
     }
   }
 }
 
-TEST_CASE("errors: empty dataset, bad batch size, mismatched tensors, bad index", "[data]") {
-  CHECK_THROWS_WITH(TensorDataset(zeros({3, 2}), zeros({4})), Catch::Contains("x has 3 examples") && Catch::Contains("4"));
-  CHECK_THROWS_WITH(DataLoader(identity_dataset(3), DataLoaderOptions{.batch_size = 0}), Catch::Contains("batch_size"));
+TEST_CASE("a worker's error is rethrown on the consuming thread, in batch order", "[data]") {
+  auto ds = std::make_shared<UnluckyDataset>();
+  for (int workers : {0, 1, 3}) {
+    DataLoader loader(ds, DataLoaderOptions{.batch_size = 4, .num_workers = workers});
+    std::vector<int64_t> seen;
+    auto consume = [&] {
+      for (Batch& batch : loader) seen.push_back(batch.y.to_vector<int64_t>().front());
+    };
+    CHECK_THROWS_WITH(consume(), Catch::Contains("unlucky"));
+    // Batches 0..2 (examples 0..11) arrived before batch 3 (examples 12..15) failed.
+    CHECK(seen == std::vector<int64_t>{0, 4, 8});
+    CHECK_THROWS_WITH(consume(), Catch::Contains("unlucky"));  // the loader stays usable
+  }
+}
+
+TEST_CASE("destroying a loader mid-epoch joins its workers", "[data]") {
+  auto ds = std::make_shared<SlowDataset>();
+  for (int workers : {1, 4}) {
+    auto loader = std::make_unique<DataLoader>(ds, DataLoaderOptions{.batch_size = 4, .num_workers = workers});
+    int taken = 0;
+    for (Batch& b : *loader) {
+      CHECK(b.y.to_vector<int64_t>().front() == 4 * taken);
+      if (++taken == 2) break;
+    }
+    loader.reset();  // workers are parked or mid-batch; this must return, not hang or crash
+    CHECK(taken == 2);
+  }
+}
+
+TEST_CASE("loader errors: null or empty dataset, non-positive batch size, negative workers", "[data]") {
+  CHECK_THROWS_WITH(DataLoader(identity_dataset(3), DataLoaderOptions{.batch_size = 0}),
+                    Catch::Contains("batch_size must be positive, got 0"));
+  CHECK_THROWS_WITH(DataLoader(identity_dataset(3), DataLoaderOptions{.batch_size = -2}),
+                    Catch::Contains("batch_size"));
+  CHECK_THROWS_WITH(DataLoader(identity_dataset(3), DataLoaderOptions{.num_workers = -1}),
+                    Catch::Contains("num_workers"));
   auto empty_ds = std::make_shared<TensorDataset>(zeros({0, 2}), zeros({0}));
   CHECK_THROWS_WITH(DataLoader(empty_ds, DataLoaderOptions{}), Catch::Contains("empty"));
-  CHECK_THROWS_WITH(identity_dataset(3)->get(3), Catch::Contains("index 3 out of range"));
-  CHECK_THROWS_WITH(identity_dataset(3)->get_batch({0, 5}), Catch::Contains("index 5 is out of range"));
-  CHECK_THROWS_WITH(identity_dataset(3)->get_batch({}), Catch::Contains("empty"));
-}
-
-namespace {
-// A dataset without a batch fast path, to test the default stacking and worker errors.
-struct SquaresDataset : Dataset {
-  Example get(int64_t i) const override {
-    MINIDL_CHECK(i != 13, "SquaresDataset: example 13 is unlucky");
-    return Example{full({2}, static_cast<double>(i * i)), full({}, static_cast<double>(i), DType::Int64)};
-  }
-  int64_t size() const override { return 20; }
-};
-}  // namespace
-
-TEST_CASE("default get_batch stacks examples; a worker's error reaches the consumer", "[data]") {
-  SquaresDataset ds;
-  Batch b = ds.get_batch({2, 3});
-  CHECK(b.x.shape() == Shape{2, 2});
-  CHECK(b.x.to_vector<float>() == std::vector<float>{4, 4, 9, 9});
-  CHECK(b.y.to_vector<int64_t>() == std::vector<int64_t>{2, 3});
-  auto shared = std::make_shared<SquaresDataset>();
-  DataLoader loader(shared, DataLoaderOptions{.batch_size = 4, .num_workers = 2});
-  auto consume = [&] {
-    for (Batch& batch : loader) (void)batch;
-  };
-  CHECK_THROWS_WITH(consume(), Catch::Contains("unlucky"));
-}
-
-TEST_CASE("the random classification dataset is seeded and its labels are in range", "[data]") {
-  auto a = make_random_classification(100, 10, 3, 42), b = make_random_classification(100, 10, 3, 42);
-  CHECK(a->features().shape() == Shape{100, 10});
-  CHECK(a->features().to_vector<float>() == b->features().to_vector<float>());
-  CHECK(a->labels().dtype() == DType::Int64);
-  for (int64_t y : a->labels().to_vector<int64_t>()) REQUIRE((y >= 0 && y < 3));
-  CHECK(make_random_classification(100, 10, 3, 43)->features().to_vector<float>() != a->features().to_vector<float>());
-  Example e = a->get(7);
-  CHECK(e.x.shape() == Shape{10});
-  CHECK(e.x.at({3}) == a->features().at({7, 3}));
-  CHECK_THROWS_AS(make_random_classification(0, 10, 3, 1), Error);
+  CHECK_THROWS_WITH(DataLoader(nullptr, DataLoaderOptions{}), Catch::Contains("null"));
 }
