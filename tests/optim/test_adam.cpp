@@ -7,8 +7,10 @@
 
 #include "core/tensor.h"
 #include "optim/optim.h"
+#include "tests/optim/fixtures.h"
 
 using namespace minidl;
+using namespace minidl::optim_testing;
 
 namespace {
 
@@ -36,26 +38,6 @@ struct HandAdam {
     }
   }
 };
-
-Tensor param64(const std::vector<double>& values) {
-  Tensor p = from_vector<double>(values);
-  p.requires_grad_(true);
-  return p;
-}
-
-const std::vector<std::vector<double>> kGrads = {
-    {0.5, -1.0, 2.0}, {0.25, 0.75, -1.5}, {-0.3, 0.1, 0.9}, {1.2, -0.4, 0.0}, {0.05, 0.6, -2.2}};
-const std::vector<double> kStart = {1.0, -2.0, 0.5};
-
-// 1e-12: same double math as the kernel, which may compute the bias corrections in another
-// (algebraically equal) order, e.g. sqrt(v)/sqrt(1 - β2ᵗ); a few ulps on O(1) values.
-constexpr double kTol = 1e-12;
-
-void check_close(const Tensor& t, const std::vector<double>& expected) {
-  const std::vector<double> got = t.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(kTol));
-}
 
 template <typename Opt>
 void run_against_hand(Opt& opt, Tensor& p, HandAdam hand) {

@@ -10,8 +10,10 @@
 #include "core/tensor.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "tests/optim/fixtures.h"
 
 using namespace minidl;
+using namespace minidl::optim_testing;
 
 namespace {
 
@@ -33,27 +35,6 @@ struct HandSGD {
     }
   }
 };
-
-Tensor param64(const std::vector<double>& values) {
-  Tensor p = from_vector<double>(values);
-  p.requires_grad_(true);
-  return p;
-}
-
-// Five fixed gradients for a 3-element parameter, varied in sign and size.
-const std::vector<std::vector<double>> kGrads = {
-    {0.5, -1.0, 2.0}, {0.25, 0.75, -1.5}, {-0.3, 0.1, 0.9}, {1.2, -0.4, 0.0}, {0.05, 0.6, -2.2}};
-const std::vector<double> kStart = {1.0, -2.0, 0.5};
-
-// 1e-12: the kernel does the same double arithmetic, but may order or fuse it differently
-// (a few ulps per step on O(1) values, over five steps).
-constexpr double kTol = 1e-12;
-
-void check_close(const Tensor& t, const std::vector<double>& expected) {
-  const std::vector<double> got = t.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(kTol));
-}
 
 void run_against_hand(const optim::SGDOptions& o) {
   Tensor p = param64(kStart);
