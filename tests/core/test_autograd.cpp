@@ -23,7 +23,7 @@ TEST_CASE("gradients accumulate into .grad across backward calls until cleared",
   CHECK_FALSE(x.grad().defined());
 }
 
-TEST_CASE("a second backward without retain_graph is a clear error; with it, it works", "[core][autograd]") {
+TEST_CASE("a second backward without retain_graph is a clear error, with it it works", "[core][autograd]") {
   Tensor x = from_vector<double>({2.0}).requires_grad_();
   Tensor y = ops::sum(x * x);
   y.backward(Tensor(), /*retain_graph=*/true);
@@ -77,7 +77,7 @@ TEST_CASE("backward on a non-scalar needs an explicit gradient", "[core][autogra
   CHECK_THROWS_WITH(ones({2}).backward(), Catch::Contains("does not require grad"));
 }
 
-TEST_CASE("only leaves that require grad get gradients; intermediate nodes are named", "[core][autograd]") {
+TEST_CASE("only leaves that require grad get gradients, and intermediate nodes are named", "[core][autograd]") {
   Tensor a = ones({2}).requires_grad_();
   Tensor c = ones({2});
   Tensor y = ops::sum(ops::relu(a * c));

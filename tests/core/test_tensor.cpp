@@ -7,7 +7,7 @@
 
 using namespace minidl;
 
-TEST_CASE("devices parse and print like PyTorch; CUDA is absent on a CPU-only build", "[core][device]") {
+TEST_CASE("devices parse and print like PyTorch, and CUDA is absent on a CPU-only build", "[core][device]") {
   CHECK(Device("cpu") == Device::cpu());
   CHECK(Device("cuda:1") == Device::cuda(1));
   CHECK(Device("cuda").str() == "cuda:0");
@@ -35,7 +35,7 @@ TEST_CASE("factories fill the values they promise", "[core][tensor]") {
   CHECK_THROWS_WITH(ones({2}).item(), Catch::Contains("one element"));
 }
 
-TEST_CASE("the same seed gives the same random numbers; distributions look right", "[core][generator]") {
+TEST_CASE("the same seed gives the same random numbers and the distributions look right", "[core][generator]") {
   Generator g1(42), g2(42), g3(43);
   Tensor a = randn({1000}, {}, &g1), b = randn({1000}, {}, &g2), c = randn({1000}, {}, &g3);
   CHECK(a.to_vector<float>() == b.to_vector<float>());
@@ -86,7 +86,7 @@ TEST_CASE("views share storage: reshape, narrow, split, chunk, transpose", "[cor
   CHECK(x.flatten().shape() == Shape{12});
 }
 
-TEST_CASE("broadcasting: [N, C] op [C], op scalar, and mismatches", "[core][broadcast]") {
+TEST_CASE("broadcasting: N x C op C, op scalar, and mismatches", "[core][broadcast]") {
   Tensor a = arange(6, DType::Float64).reshape({2, 3});
   Tensor b = from_vector<double>({10, 20, 30});
   CHECK((a + b).to_vector<double>() == std::vector<double>{10, 21, 32, 13, 24, 35});

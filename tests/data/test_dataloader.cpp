@@ -58,7 +58,7 @@ struct SlowDataset : Dataset {
 };
 }  // namespace
 
-TEST_CASE("samplers: sequential is 0..n-1; random is a seeded permutation per epoch", "[data]") {
+TEST_CASE("samplers: sequential is 0..n-1, random is a seeded permutation per epoch", "[data]") {
   CHECK(SequentialSampler(5).indices(0) == iota_vector(5));
   CHECK(SequentialSampler(5).indices(3) == iota_vector(5));
   RandomSampler a(64, 11), b(64, 11);
@@ -117,7 +117,7 @@ TEST_CASE("drop_last decides whether the short final batch is kept", "[data]") {
   CHECK(epoch_batches(tiny).empty());
 }
 
-TEST_CASE("the same seed gives the same order in two loaders; each epoch a different one", "[data]") {
+TEST_CASE("the same seed gives the same order in two loaders, and each epoch a different one", "[data]") {
   DataLoader a(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 9});
   DataLoader b(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 9});
   DataLoader c(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 10});
@@ -129,7 +129,7 @@ TEST_CASE("the same seed gives the same order in two loaders; each epoch a diffe
   CHECK(a0 != epoch_batches(c));
 }
 
-TEST_CASE("each begin() starts the next epoch; set_epoch chooses the next one", "[data]") {
+TEST_CASE("each begin() starts the next epoch and set_epoch chooses the next one", "[data]") {
   DataLoader loader(identity_dataset(40), DataLoaderOptions{.batch_size = 8, .shuffle = true, .seed = 2});
   CHECK(loader.epoch() == -1);
   auto e0 = epoch_batches(loader);

@@ -68,7 +68,7 @@ TEST_CASE("TensorDataset rejects mismatched sizes and bad indices with clear err
   CHECK_THROWS_WITH(ds.get_batch({}), Catch::Contains("empty"));
 }
 
-TEST_CASE("the random classification dataset is seeded and its labels are in [0, C)", "[data]") {
+TEST_CASE("the random classification dataset is seeded and its labels lie in 0..C-1", "[data]") {
   auto a = make_random_classification(100, 10, 3, 42), b = make_random_classification(100, 10, 3, 42);
   CHECK(a->size() == 100);
   CHECK(a->features().shape() == Shape{100, 10});

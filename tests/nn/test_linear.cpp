@@ -13,7 +13,7 @@
 
 using namespace minidl;
 
-TEST_CASE("Linear has weight [out, in] and bias [out], or no bias when asked", "[nn]") {
+TEST_CASE("Linear has weight out x in and bias of size out, or no bias when asked", "[nn]") {
   nn::Linear with_bias(4, 3);
   CHECK(with_bias.weight.shape() == Shape{3, 4});
   CHECK(with_bias.bias.shape() == Shape{3});

@@ -1,0 +1,177 @@
+// bench/gemm: GFLOP/s of minidl's CPU GEMM (Backend::matmul, float32, row-major C = A·B) on
+// square shapes and the Fashion-MNIST MLP's shapes at batch 128, beside OpenBLAS's cblas_sgemm
+// on the same data in the same run when it was found at configure time (MINIDL_HAVE_OPENBLAS).
+// Each case: fresh random data, one warm-up call, calls batched into samples of >= --min-ms,
+// --reps samples, the median reported; all minidl cases run before all OpenBLAS cases (see the
+// note in main). Threads: OMP_NUM_THREADS for minidl, and OpenBLAS is
+// told the same count. JSON lines on stdout, a table on stderr.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/backend.h"
+#include "core/tensor.h"
+
+#ifdef MINIDL_HAVE_OPENBLAS
+#include <cblas.h>
+// Declared by OpenBLAS's own cblas.h only (not by the netlib one an alternative may point at).
+extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_corename(void);
+#endif
+
+namespace {
+
+using namespace minidl;
+
+struct GemmCase {
+  int64_t m, k, n;
+  const char* what;
+};
+
+// Median seconds per call of fn: one warm-up call, then `reps` samples, each of enough calls
+// to last at least min_seconds (small shapes take microseconds, below the clock's noise).
+double median_seconds_per_call(const std::function<void()>& fn, int reps, double min_seconds) {
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  fn();
+  double once = std::chrono::duration<double>(clock::now() - t0).count();
+  int64_t calls = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(min_seconds / std::max(once, 1e-9))));
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    auto start = clock::now();
+    for (int64_t i = 0; i < calls; ++i) fn();
+    samples.push_back(std::chrono::duration<double>(clock::now() - start).count() / static_cast<double>(calls));
+  }
+  std::nth_element(samples.begin(), samples.begin() + reps / 2, samples.end());
+  return samples[reps / 2];
+}
+
+// Largest |c - reference| over sampled entries, relative to the largest |reference|; the
+// reference is a double-precision dot product.
+double sampled_relative_error(const GemmCase& g, const float* a, const float* b, const float* c) {
+  double max_err = 0, max_ref = 0;
+  for (int s = 0; s < 64; ++s) {
+    int64_t i = (s * 7919) % g.m, j = (s * 104729) % g.n;
+    double ref = 0;
+    for (int64_t p = 0; p < g.k; ++p) ref += static_cast<double>(a[i * g.k + p]) * b[p * g.n + j];
+    max_err = std::max(max_err, std::fabs(ref - c[i * g.n + j]));
+    max_ref = std::max(max_ref, std::fabs(ref));
+  }
+  return max_err / std::max(max_ref, 1e-30);
+}
+
+const char* blas_core() {
+#ifdef MINIDL_HAVE_OPENBLAS
+  return openblas_get_corename();
+#else
+  return "none";
+#endif
+}
+
+void report(const GemmCase& g, int threads, const char* impl, double seconds) {
+  double gflops = 2.0 * g.m * g.k * g.n / seconds / 1e9;
+  std::fprintf(stderr, "%6lld %6lld %6lld %8d  %-9s %9.2f %11.4f  %s\n", (long long)g.m, (long long)g.k,
+               (long long)g.n, threads, impl, gflops, seconds * 1e3, g.what);
+  const bool blas = std::string_view(impl) == "openblas";
+  std::printf("{\"bench\":\"gemm\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,\"impl\":\"%s\",\"gflops\":%.3f,"
+              "\"ms_per_call\":%.5f%s%s%s}\n",
+              (long long)g.m, (long long)g.k, (long long)g.n, threads, impl, gflops, seconds * 1e3,
+              blas ? ",\"openblas_core\":\"" : "", blas ? blas_core() : "", blas ? "\"" : "");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GFLOP/s of minidl's CPU GEMM (and OpenBLAS sgemm when available); threads from OMP_NUM_THREADS"};
+  int reps = 7;
+  double min_ms = 20.0;
+  uint64_t seed = 1;
+  app.add_option("--reps", reps, "timed samples per case; the median is reported")->check(CLI::PositiveNumber);
+  app.add_option("--min-ms", min_ms, "minimum length of one timed sample, in milliseconds")->check(CLI::PositiveNumber);
+  app.add_option("--seed", seed, "seed of the random inputs");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::vector<GemmCase> cases = {
+      {256, 256, 256, "square"},
+      {512, 512, 512, "square"},
+      {1024, 1024, 1024, "square"},
+      {128, 784, 256, "fashion-mnist fc1 (batch 128)"},
+      {128, 256, 128, "fashion-mnist fc2 (batch 128)"},
+      {128, 128, 10, "fashion-mnist fc3 (batch 128)"},
+  };
+  const int threads = omp_get_max_threads();
+#ifdef MINIDL_HAVE_OPENBLAS
+  // OpenBLAS picks its kernels for this CPU unless OPENBLAS_CORETYPE forces older ones (an
+  // AVX2-only "Haswell" on an AVX-512 machine makes the baseline look slower than it is).
+  std::fprintf(stderr, "OpenBLAS kernels: %s%s\n", openblas_get_corename(),
+               std::getenv("OPENBLAS_CORETYPE") ? " (forced by OPENBLAS_CORETYPE)" : "");
+#endif
+
+  // Note [one library's threads at a time]: minidl's OpenMP team and OpenBLAS's pthread pool
+  // both spin for a while after work (OpenBLAS's also after openblas_set_num_threads). On a
+  // machine with no spare core, minidl's barriers then wait on OpenBLAS's spinning threads
+  // (2-thread figures measured 10-100x too low), so all minidl cases run first, with OpenBLAS's
+  // pool untouched; a pause lets the OpenMP team sleep; then OpenBLAS gets its threads.
+  try {
+    Backend& cpu = backend_for(Device::cpu());
+    struct CaseData {
+      Tensor a, b, c;
+      double minidl_seconds = 0;
+    };
+    std::vector<CaseData> data;
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const GemmCase& g = cases[ci];
+      Generator gen(seed + ci);
+      Tensor a = uniform({g.m, g.k}, -1.0, 1.0, {}, &gen);  // [M, K] row-major
+      Tensor b = uniform({g.k, g.n}, -1.0, 1.0, {}, &gen);  // [K, N] row-major
+      data.push_back({a, b, zeros({g.m, g.n})});            // C [M, N] row-major
+    }
+    std::fprintf(stderr, "%6s %6s %6s %8s  %-9s %9s %11s\n", "M", "K", "N", "threads", "impl", "GFLOP/s", "ms/call");
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const GemmCase& g = cases[ci];
+      CaseData& d = data[ci];
+      d.minidl_seconds = median_seconds_per_call([&] { cpu.matmul(d.a, d.b, d.c, false, false); }, reps, min_ms / 1e3);
+      // float32 sums of K <= 1024 products of magnitude <= 1, in any blocking order, stay
+      // within ~1e-5 of the double result relative to the output's scale; 1e-3 flags a wrong kernel.
+      const double err = sampled_relative_error(g, d.a.data<float>(), d.b.data<float>(), d.c.data<float>());
+      if (err > 1e-3) {
+        std::fprintf(stderr, "gemm: minidl result is wrong for %lldx%lldx%lld (relative error %.3g)\n",
+                     (long long)g.m, (long long)g.k, (long long)g.n, err);
+        return 1;
+      }
+      report(g, threads, "minidl", d.minidl_seconds);
+    }
+#ifdef MINIDL_HAVE_OPENBLAS
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    openblas_set_num_threads(threads);  // wakes its pool, so only now (see the note above)
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const GemmCase& g = cases[ci];
+      CaseData& d = data[ci];
+      std::vector<float> c_blas(static_cast<size_t>(g.m * g.n));  // [M, N] row-major
+      const double blas_seconds = median_seconds_per_call(
+          [&] {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.m, (int)g.n, (int)g.k, 1.0f,
+                        d.a.data<float>(), (int)g.k, d.b.data<float>(), (int)g.n, 0.0f, c_blas.data(), (int)g.n);
+          },
+          reps, min_ms / 1e3);
+      report(g, threads, "openblas", blas_seconds);
+      std::fprintf(stderr, "%38s minidl at %.0f%% of OpenBLAS\n", "", 100.0 * blas_seconds / d.minidl_seconds);
+    }
+#endif
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gemm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

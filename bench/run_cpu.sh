@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# run_cpu.sh: every CPU benchmark in one run, JSON lines on stdout (tables and notes on stderr):
+#   bench/run_cpu.sh > bench/results-$(date +%F).jsonl
+# First line: {"bench":"meta",...} with date, commit and machine. Then bench/gemm on 1 and 2
+# threads (minidl and OpenBLAS), bench/train_step (minidl) and bench/torch_seed_step.py (PyTorch)
+# on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build/release}
+
+if [[ -z "${BUILD_DIR:-}" ]]; then
+  cmake --preset release >&2
+  cmake --build --preset release -j"$(nproc)" --target gemm train_step >&2
+fi
+
+# Let OpenBLAS pick its best kernels for this CPU: an inherited OPENBLAS_CORETYPE (some images
+# set Haswell) would handicap the baseline on AVX-512 machines. bench/gemm prints the core used.
+unset OPENBLAS_CORETYPE
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)
+dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s}\n' \
+  "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$(nproc)"
+
+for threads in 1 2; do
+  OMP_NUM_THREADS=$threads "$build/bin/gemm"
+done
+OMP_NUM_THREADS=1 "$build/bin/train_step"
+
+# Debian's python3-torch installs into the system python, which may not be the first python3.
+for py in python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' 2>/dev/null; then
+    OMP_NUM_THREADS=1 "$py" bench/torch_seed_step.py
+    exit 0
+  fi
+done
+python3 bench/torch_seed_step.py  # prints why it is skipped

@@ -1,0 +1,110 @@
+// bench/train_step: microseconds per training step of the seed tutorial — one DataLoader batch
+// (100×10 random dataset, 2 classes, batch 10, shuffled), SimpleModel forward (Linear 10→5,
+// ReLU, Linear 5→2), CrossEntropyLoss, backward, SGD step (lr 0.01), zero_grad — the same work
+// bench/torch_seed_step.py times in PyTorch. With no arguments it runs on the CPU: a warm-up,
+// then --repeats runs of --steps steps, the median reported as one JSON line on stdout:
+//   {"bench":"seed_step","impl":"minidl","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "data/data.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+namespace {
+
+using namespace minidl;
+
+// The tutorial's model: fc1 -> relu -> fc2.
+struct SimpleModel : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
+  std::shared_ptr<nn::ReLU> relu = register_module("relu", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
+
+  Tensor forward(const Tensor& x) override { return (*fc2)((*relu)((*fc1)(x))); }
+  std::string name() const override { return "SimpleModel"; }
+};
+
+// Runs `steps` training steps, crossing epochs as needed (each begin() is a new epoch).
+void train_steps(int64_t steps, data::DataLoader& loader, SimpleModel& model, optim::SGD& optimizer,
+                 const nn::CrossEntropyLoss& criterion, Device device) {
+  int64_t done = 0;
+  while (done < steps) {
+    for (const data::Batch& batch : loader) {
+      Tensor inputs = batch.x.to(device);  // [10, 10] float32
+      Tensor labels = batch.y.to(device);  // [10] int64
+      optimizer.zero_grad();
+      Tensor outputs = model(inputs);  // [10, 2]
+      Tensor loss = criterion(outputs, labels);
+      loss.backward();
+      optimizer.step();
+      if (++done == steps) return;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Times the seed tutorial's training step (one JSON line on stdout)"};
+  std::string device_name = "cpu";
+  int64_t steps = 10000, warmup = 1000;
+  int repeats = 5;
+  uint64_t seed = 0;
+  app.add_option("--device", device_name, "cpu, cuda or cuda:N");
+  app.add_option("--steps", steps, "steps per timed run")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps before the first run")->check(CLI::NonNegativeNumber);
+  app.add_option("--repeats", repeats, "timed runs; the median is reported")->check(CLI::PositiveNumber);
+  app.add_option("--seed", seed, "seed of the dataset, the model and the shuffle");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const Device device(device_name);
+    manual_seed(seed);  // the Linear initialisations draw from the default generator
+    auto model = std::make_shared<SimpleModel>();
+    model->to(device);
+    auto dataset = data::make_random_classification(100, 10, 2, seed);  // x [100, 10], y [100] in {0, 1}
+    data::DataLoaderOptions loader_options;
+    loader_options.batch_size = 10;
+    loader_options.shuffle = true;
+    loader_options.seed = seed;
+    data::DataLoader loader(dataset, loader_options);
+    optim::SGDOptions sgd;
+    sgd.lr = 0.01;
+    optim::SGD optimizer(model->parameters(), sgd);
+    nn::CrossEntropyLoss criterion;
+
+    using clock = std::chrono::steady_clock;
+    train_steps(warmup, loader, *model, optimizer, criterion, device);
+    std::vector<double> us_per_step;
+    for (int r = 0; r < repeats; ++r) {
+      auto start = clock::now();
+      train_steps(steps, loader, *model, optimizer, criterion, device);
+      if (device.is_cuda()) backend_for(device).synchronize();
+      double us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
+      us_per_step.push_back(us / static_cast<double>(steps));
+    }
+    std::vector<double> sorted = us_per_step;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    std::fprintf(stderr, "seed step on %s: median %.3f us/step over %d runs of %lld steps (min %.3f, max %.3f)\n",
+                 device.str().c_str(), median, repeats, (long long)steps, sorted.front(), sorted.back());
+    std::printf("{\"bench\":\"seed_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"threads\":%d,\"steps\":%lld,"
+                "\"us_per_step\":%.3f}\n",
+                device.str().c_str(), omp_get_max_threads(), (long long)steps, median);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
