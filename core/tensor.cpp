@@ -162,6 +162,7 @@ Tensor& Tensor::requires_grad_(bool on) {
 
 Tensor Tensor::grad() const { return checked(impl_).grad; }
 void Tensor::set_grad(const Tensor& g) {
+  checked(impl_);  // an undefined tensor has no grad slot: a clear error, not a null dereference
   if (g.defined()) {
     MINIDL_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), "set_grad: gradient ",
                  g.shape(), " ", g.dtype(), " on ", g.device(), " does not match the tensor ", shape(), " ", dtype(),

@@ -21,6 +21,8 @@ TEST_CASE("gradients accumulate into .grad across backward calls until cleared",
   CHECK(x.grad().to_vector<double>() == std::vector<double>{6.0, 6.0});
   x.set_grad(Tensor());
   CHECK_FALSE(x.grad().defined());
+  CHECK_THROWS_WITH(x.set_grad(ones({3}, DType::Float64)), Catch::Contains("does not match"));
+  CHECK_THROWS_WITH(Tensor().set_grad(Tensor()), Catch::Contains("undefined tensor"));
 }
 
 TEST_CASE("a second backward without retain_graph is a clear error, with it it works", "[core][autograd]") {
