@@ -82,7 +82,8 @@ void Engine::run(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
                " does not require grad and has no grad_fn (did an input have requires_grad=true? was it computed "
                "under NoGradGuard?)");
   Tensor grad = grad_in;
-  if (!grad.defined()) {
+  const bool unit_seed = !grad.defined();
+  if (unit_seed) {
     MINIDL_CHECK(root.numel() == 1, "backward: a gradient can be created implicitly only for a one-element output, "
                  "got shape ", root.shape(), "; pass grad explicitly");
     grad = ones(root.shape(), root.options());
@@ -133,7 +134,7 @@ void Engine::run(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
       MINIDL_CHECK(!n->released(), "backward: trying to backward through the graph a second time (", n->name(),
                    " has already freed its saved tensors); pass retain_graph=true to the first backward() if you need "
                    "to call it twice");
-      input_grads = n->apply(g);
+      input_grads = unit_seed && n == root_edge.fn.get() ? n->apply_unit_seed(g) : n->apply(g);
       if (!retain_graph && dynamic_cast<AccumulateGrad*>(n) == nullptr) {
         n->release_saved();
         n->mark_released();

@@ -28,6 +28,10 @@ class Node {
   // Gradient of the loss w.r.t. this node's output in, gradients w.r.t. each input out
   // (one per next_edges entry; an undefined Tensor where an input needs none).
   virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Called instead of apply() on the root when backward() created the gradient itself (a
+  // one-element output seeded with 1). A node whose forward already computed the gradient for
+  // a unit seed overrides it to skip the multiplication by 1 (see Note [fused cross-entropy]).
+  virtual std::vector<Tensor> apply_unit_seed(const Tensor& ones) { return apply(ones); }
   virtual std::string name() const = 0;
   // Frees saved tensors after a backward without retain_graph.
   virtual void release_saved() {}

@@ -94,6 +94,11 @@ class Backend {
   virtual void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                               const Tensor& scale, Tensor& dlogits) = 0;
 
+  // The training path (Note [fused cross-entropy] in core/ops/softmax.cpp), one pass per row:
+  // loss[row] as in forward and dlogits[row] = (softmax(logits[row]) - onehot(target)) * scale.
+  virtual void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
+                                           Tensor& dlogits) = 0;
+
   // ---- optimizer updates (in place, outside autograd) ----
   virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) = 0;
   virtual void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,

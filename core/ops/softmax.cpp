@@ -2,6 +2,12 @@
 //   log_softmax(x)_j = x_j - logsumexp(x);   dx = dy - softmax(x) · Σ dy
 //   softmax(x)_j = exp(x_j - logsumexp(x));   dx = y ⊙ (dy - Σ dy ⊙ y)
 //   CE(x, t) = logsumexp(x) - x_t per row;    dx = (softmax(x) - onehot(t)) · dloss_row
+//
+// Note [fused cross-entropy]: in training the loss is always followed by backward, and
+// dloss_row is known in forward (1/N for the mean, 1 for sum/none) up to the upstream
+// gradient g, which is the engine's implicit 1 when loss.backward() is called on the loss
+// itself. So forward computes loss and dlogits in the same pass over the logits (llm.c's fused
+// classifier), and backward returns dlogits untouched for the unit seed, or dlogits · g.
 // Rows are the last dim; another dim is moved last by a transpose + copy.
 #include "core/ops/softmax.h"
 
@@ -79,12 +85,30 @@ struct SoftmaxCrossEntropyBackward final : Node {
   std::string name() const override { return "SoftmaxCrossEntropyBackward"; }
 };
 
+// Backward of the fused path: dlogits were computed in forward for a unit upstream gradient.
+struct FusedSoftmaxCrossEntropyBackward final : Node {
+  Tensor dlogits;  // [N, C] = (softmax - onehot) · (1/N for Mean, 1 otherwise)
+  Reduction reduction = Reduction::Mean;
+  std::vector<Tensor> apply_unit_seed(const Tensor&) override { return {dlogits, Tensor()}; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    const Shape& shape = dlogits.shape();
+    // g is a scalar (Mean, Sum) or one value per row (None): broadcast it over the row.
+    const Tensor gb = reduction == Reduction::None ? expand(reshape(g, Shape{shape[0], 1}), shape) : expand(g, shape);
+    Tensor out = empty(shape, dlogits.options());
+    backend_for(dlogits.device()).binary(BinaryOp::Mul, dlogits, gb, out);
+    return {out, Tensor()};
+  }
+  void release_saved() override { dlogits = Tensor(); }
+  std::string name() const override { return "FusedSoftmaxCrossEntropyBackward"; }
+};
+
 }  // namespace
 
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim, true); }
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim, false); }
 
-Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction) {
+Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction,
+                             CrossEntropyGrad grad_mode) {
   constexpr const char* op = "softmax_cross_entropy";
   check_defined(logits, op, "logits");
   check_defined(targets, op, "targets");
@@ -105,9 +129,18 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
     throw Error(detail::make_message(op, ": target ", bad->second, " at row ", bad->first, " is out of range [0, ", c,
                                      ") for logits ", logits.shape()));
   }
+  const bool needs_grad = autograd::any_requires_grad({&logits});
+  const bool fused = needs_grad && grad_mode == CrossEntropyGrad::Fused;
   Tensor losses = empty(Shape{n}, logits.options());
-  Tensor lse = empty(Shape{n}, logits.options());
-  be.softmax_cross_entropy_forward(lc, tc, losses, lse);
+  Tensor lse, dlogits;
+  if (fused) {
+    dlogits = empty(logits.shape(), logits.options());
+    const double row_scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(n) : 1.0;
+    be.softmax_cross_entropy_fused(lc, tc, row_scale, losses, dlogits);
+  } else {
+    lse = empty(Shape{n}, logits.options());
+    be.softmax_cross_entropy_forward(lc, tc, losses, lse);
+  }
   Tensor out;
   if (reduction == Reduction::None) {
     out = losses;
@@ -119,7 +152,12 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
       be.binary(BinaryOp::Mul, out, factor, out);
     }
   }
-  if (autograd::any_requires_grad({&logits})) {
+  if (fused) {
+    auto node = std::make_shared<FusedSoftmaxCrossEntropyBackward>();
+    node->dlogits = dlogits;
+    node->reduction = reduction;
+    autograd::attach(node, {&logits, &targets}, out);
+  } else if (needs_grad) {
     auto node = std::make_shared<SoftmaxCrossEntropyBackward>();
     node->logits = lc;
     node->targets = tc;

@@ -10,6 +10,12 @@ enum class Reduction { Mean, Sum, None };
 Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 Tensor softmax(const Tensor& x, int64_t dim = -1);
 // logits [N, C] float, targets [N] int64 in [0, C) -> mean/sum scalar, or [N] for None.
-Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::Mean);
+// How the gradient of softmax_cross_entropy is produced when the logits need one.
+//   Fused:    forward writes loss and dlogits in one pass over the logits (the training path);
+//             backward only rescales them when the upstream gradient is not the implicit 1.
+//   Separate: forward keeps logsumexp per row; backward recomputes softmax from the logits.
+enum class CrossEntropyGrad { Fused, Separate };
+Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::Mean,
+                             CrossEntropyGrad grad_mode = CrossEntropyGrad::Fused);
 
 }  // namespace minidl::ops

@@ -70,6 +70,8 @@ class CpuBackend final : public Backend {
   void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
   std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes) override;
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override;
+  void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
+                                   Tensor& dlogits) override;
   void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                       const Tensor& scale, Tensor& dlogits) override;
 

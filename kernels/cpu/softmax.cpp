@@ -124,4 +124,24 @@ void CpuBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tens
   });
 }
 
+void CpuBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
+                                             Tensor& dlogits) {
+  dispatch_floating(logits.dtype(), "softmax_cross_entropy_fused", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = logits.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    T *pl = loss.data<T>(), *pd = dlogits.data<T>();
+    const T s = static_cast<T>(scale);
+    // The second sweep re-reads a row the first one just brought into cache.
+    for_rows(logits, [&](int64_t r, int64_t cols) {
+      const T* row = px + r * cols;
+      const T lse = row_logsumexp(row, cols);
+      pl[r] = lse - row[pt[r]];
+      T* drow = pd + r * cols;
+      for (int64_t j = 0; j < cols; ++j) drow[j] = std::exp(row[j] - lse) * s;
+      drow[pt[r]] -= s;
+    });
+  });
+}
+
 }  // namespace minidl::cpu
