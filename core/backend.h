@@ -27,6 +27,24 @@ struct AdamConfig {
   int64_t step = 1;                     // 1-based step count, for bias correction
 };
 
+// What a device's caching allocator holds (CUDA); see core/memory.h for the public calls.
+struct MemoryStats {
+  int64_t allocated_bytes = 0;       // in live tensors (rounded to the allocator's size classes)
+  int64_t reserved_bytes = 0;        // obtained from the device: allocated + cached
+  int64_t peak_allocated_bytes = 0;  // since start or reset_peak_memory_stats
+  int64_t device_allocations = 0;    // cudaMalloc calls (cache misses)
+  int64_t cache_hits = 0;            // allocations served from the cache
+  int64_t cache_flushes = 0;         // times the cache was emptied to retry after an out-of-memory
+};
+
+// Which GEMM the CUDA backend's matmul/linear use: the hand-written kernels (default) or
+// cuBLAS (fp32, no TF32), the baseline they are measured against. The initial value comes
+// from the environment variable MINIDL_GEMM=native|cublas; the CPU has one GEMM and ignores it.
+enum class GemmImpl : uint8_t { Native, Cublas };
+GemmImpl gemm_impl();
+void set_gemm_impl(GemmImpl impl);
+const char* gemm_impl_name(GemmImpl impl);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -106,6 +124,10 @@ class Backend {
 
   // ---- device ----
   virtual void synchronize() {}
+  // Caching-allocator statistics and control; the CPU backend has no cache and says so.
+  virtual MemoryStats memory_stats() = 0;
+  virtual void empty_cache() = 0;
+  virtual void reset_peak_memory_stats() = 0;
 };
 
 // The backend that owns `device`'s memory and kernels; throws when there is none (for
@@ -118,5 +140,7 @@ Backend& cpu_backend();
 // returns nullptr and the device count is 0).
 Backend* cuda_backend(int device_index);
 int cuda_backend_device_count();
+// Page-locked host memory for CPU tensors headed to a GPU (async copies); nullptr without CUDA.
+Allocator* cuda_pinned_host_allocator();
 
 }  // namespace minidl

@@ -97,7 +97,8 @@ Allocator& cpu_allocator() {
   return allocator;
 }
 
-Storage::Storage(size_t bytes, Device device, Allocator& allocator) : bytes_(bytes), device_(device) {
+Storage::Storage(size_t bytes, Device device, Allocator& allocator)
+    : bytes_(bytes), device_(device), allocator_(&allocator) {
   void* p = allocator.allocate(bytes);
   Allocator* a = &allocator;
   data_ = std::shared_ptr<void>(p, [a, bytes](void* q) { a->deallocate(q, bytes); });

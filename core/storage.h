@@ -32,11 +32,14 @@ class Storage {
   Device device() const { return device_; }
   bool defined() const { return static_cast<bool>(data_); }
   long use_count() const { return data_.use_count(); }
+  // The allocator the bytes came from (tells pinned host memory from pageable, for example).
+  Allocator* allocator() const { return allocator_; }
 
  private:
   std::shared_ptr<void> data_;
   size_t bytes_ = 0;
   Device device_{};
+  Allocator* allocator_ = nullptr;
 };
 
 }  // namespace minidl

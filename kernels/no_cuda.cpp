@@ -7,5 +7,6 @@ namespace minidl {
 
 Backend* cuda_backend(int) { return nullptr; }
 int cuda_backend_device_count() { return 0; }
+Allocator* cuda_pinned_host_allocator() { return nullptr; }
 
 }  // namespace minidl

@@ -77,6 +77,10 @@ class CpuBackend final : public Backend {
 
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) override;
   void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamConfig& cfg) override;
+
+  MemoryStats memory_stats() override;
+  void empty_cache() override;
+  void reset_peak_memory_stats() override;
 };
 
 // Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.

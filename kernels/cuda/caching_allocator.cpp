@@ -1,0 +1,159 @@
+// CachingAllocator (see caching_allocator.h for the strategy and its Notes).
+#include "kernels/cuda/caching_allocator.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "core/error.h"
+
+namespace minidl::cuda {
+
+namespace {
+constexpr size_t kSmallStep = 512;
+constexpr size_t kSmallLimit = size_t{1} << 20;  // 1 MiB
+
+std::string mib(int64_t bytes) {
+  return detail::make_message(static_cast<double>(bytes) / (1024.0 * 1024.0), " MiB");
+}
+}  // namespace
+
+size_t CachingAllocator::size_class(size_t bytes) {
+  if (bytes <= kSmallLimit) return std::max(kSmallStep, (bytes + kSmallStep - 1) / kSmallStep * kSmallStep);
+  const int log2 = std::bit_width(bytes) - 1;  // floor(log2(bytes))
+  const size_t step = std::max(kSmallLimit, size_t{1} << (log2 - 3));
+  MINIDL_CHECK(bytes <= SIZE_MAX - step, "CachingAllocator: request of ", bytes, " bytes is too large");
+  return (bytes + step - 1) / step * step;
+}
+
+CachingAllocator::CachingAllocator(std::unique_ptr<DeviceMemorySource> source) : source_(std::move(source)) {}
+
+CachingAllocator::~CachingAllocator() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& p : pending_blocks_) {
+    for (uint64_t e : p.events) source_->destroy_event(e);
+    free_blocks_[p.size].push_back(p.ptr);
+  }
+  pending_blocks_.clear();
+  release_cached_locked();
+}
+
+void* CachingAllocator::allocate(size_t bytes) {
+  const size_t size = size_class(bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  void* p = allocate_locked(size);
+  live_blocks_[p] = LiveBlock{size, {}};
+  stats_.allocated_bytes += static_cast<int64_t>(size);
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  return p;
+}
+
+void* CachingAllocator::allocate_locked(size_t size) {
+  if (!pending_blocks_.empty()) collect_pending_locked();
+  auto it = free_blocks_.find(size);
+  if (it != free_blocks_.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= static_cast<int64_t>(size);
+    ++stats_.cache_hits;
+    return p;
+  }
+  void* p = source_->try_allocate(size);
+  if (p == nullptr && (cached_bytes_ > 0 || !pending_blocks_.empty())) {
+    // Out of memory with blocks in the cache: give them all back to the device and retry once.
+    ++stats_.cache_flushes;
+    release_cached_locked();
+    p = source_->try_allocate(size);
+  }
+  if (p == nullptr) {
+    size_t free_bytes = 0, total_bytes = 0;
+    source_->memory_info(free_bytes, total_bytes);
+    throw OutOfMemory(detail::make_message(
+        "out of memory on ", source_->device(), ": tried to allocate ", size, " bytes (", mib(size),
+        "); the device has ", mib(static_cast<int64_t>(free_bytes)), " free of ", mib(static_cast<int64_t>(total_bytes)),
+        "; ", describe_locked(), " (the cache was already emptied to retry)"));
+  }
+  ++stats_.device_allocations;
+  stats_.reserved_bytes += static_cast<int64_t>(size);
+  return p;
+}
+
+void CachingAllocator::deallocate(void* ptr, size_t) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_blocks_.find(ptr);
+  if (it == live_blocks_.end()) return;  // not ours: nothing sensible to do in a noexcept path
+  const LiveBlock block = std::move(it->second);
+  live_blocks_.erase(it);
+  stats_.allocated_bytes -= static_cast<int64_t>(block.size);
+  if (!block.extra_streams.empty()) {
+    PendingBlock pending{ptr, block.size, {}};
+    try {
+      for (void* s : block.extra_streams) pending.events.push_back(source_->record_event(s));
+      pending_blocks_.push_back(std::move(pending));
+      return;
+    } catch (...) {
+      // Recording failed (the device is in trouble): never reuse the block, hand it back.
+      for (uint64_t e : pending.events) source_->destroy_event(e);
+      source_->release(ptr);
+      stats_.reserved_bytes -= static_cast<int64_t>(block.size);
+      return;
+    }
+  }
+  free_blocks_[block.size].push_back(ptr);
+  cached_bytes_ += static_cast<int64_t>(block.size);
+}
+
+void CachingAllocator::record_stream(void* ptr, void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_blocks_.find(ptr);
+  MINIDL_CHECK(it != live_blocks_.end(), "CachingAllocator::record_stream: ", ptr, " is not a live block of ",
+               source_->device());
+  auto& streams = it->second.extra_streams;
+  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+}
+
+void CachingAllocator::collect_pending_locked() {
+  auto done = [&](PendingBlock& p) {
+    for (uint64_t e : p.events)
+      if (!source_->event_completed(e)) return false;
+    for (uint64_t e : p.events) source_->destroy_event(e);
+    free_blocks_[p.size].push_back(p.ptr);
+    cached_bytes_ += static_cast<int64_t>(p.size);
+    return true;
+  };
+  pending_blocks_.erase(std::remove_if(pending_blocks_.begin(), pending_blocks_.end(), done), pending_blocks_.end());
+}
+
+void CachingAllocator::release_cached_locked() {
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* p : blocks) {
+      source_->release(p);
+      stats_.reserved_bytes -= static_cast<int64_t>(size);
+    }
+  }
+  free_blocks_.clear();
+  cached_bytes_ = 0;
+}
+
+std::string CachingAllocator::describe_locked() const {
+  return detail::make_message("minidl's cache holds ", mib(stats_.reserved_bytes), " reserved (",
+                              mib(stats_.allocated_bytes), " in live tensors, ", mib(cached_bytes_), " cached in ",
+                              free_blocks_.size(), " size classes)");
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  collect_pending_locked();
+  release_cached_locked();
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+}
+
+}  // namespace minidl::cuda

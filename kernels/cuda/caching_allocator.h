@@ -1,0 +1,92 @@
+// CachingAllocator: the per-device memory pool of the CUDA backend, written in plain C++ over
+// an abstract DeviceMemorySource so that its logic (size classes, reuse, statistics, the
+// out-of-memory retry) is tested in CI on a fake device, without a GPU.
+//
+// Strategy:
+//   - Requests are rounded up to a size class: multiples of 512 B up to 1 MiB, then multiples
+//     of max(1 MiB, 2^(floor(log2 bytes) - 3)), so rounding wastes at most 1/8 above 8 MiB.
+//   - A freed block goes to the free list of its class; the next request of that class takes
+//     it without calling the device (a cache hit). Blocks are never split or merged: simple,
+//     and training loops allocate the same sizes every step.
+//   - When the device refuses (out of memory), every cached block is released and the request
+//     retried once; if it fails again, OutOfMemory names the bytes asked, the device, its
+//     free/total memory and what the cache holds.
+//
+// Note [stream-aware frees]: every kernel of a device runs on that device's one compute
+// stream, so a block freed on the host can be handed out again at once: any later use of it
+// is queued behind the earlier ones. A block that another stream also used (for example the
+// communication stream of parallel/) is marked with record_stream(); when it is freed an event
+// is recorded on that stream, and the block is reused only after the event has completed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace minidl::cuda {
+
+// The raw device API the allocator draws from (cudaMalloc and friends, or a fake in tests).
+class DeviceMemorySource {
+ public:
+  virtual ~DeviceMemorySource() = default;
+  virtual Device device() const = 0;
+  // nullptr when the device is out of memory; any other failure throws.
+  virtual void* try_allocate(size_t bytes) = 0;
+  virtual void release(void* ptr) noexcept = 0;
+  virtual void memory_info(size_t& free_bytes, size_t& total_bytes) noexcept = 0;
+  // Events on other streams, for Note [stream-aware frees].
+  virtual uint64_t record_event(void* stream) = 0;
+  virtual bool event_completed(uint64_t event) = 0;
+  virtual void destroy_event(uint64_t event) noexcept = 0;
+};
+
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(std::unique_ptr<DeviceMemorySource> source);
+  ~CachingAllocator() override;
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) noexcept override;
+
+  // The block holding ptr will also be used on `stream` (see the Note above).
+  void record_stream(void* ptr, void* stream);
+
+  MemoryStats stats() const;
+  void empty_cache();
+  void reset_peak();
+
+  static size_t size_class(size_t bytes);
+
+ private:
+  struct LiveBlock {
+    size_t size = 0;                 // its size class
+    std::vector<void*> extra_streams;  // streams besides the compute stream that used it
+  };
+  struct PendingBlock {
+    void* ptr = nullptr;
+    size_t size = 0;
+    std::vector<uint64_t> events;
+  };
+
+  void* allocate_locked(size_t size);
+  void release_cached_locked();      // every free block back to the device
+  void collect_pending_locked();     // pending blocks whose events completed become free
+  std::string describe_locked() const;
+
+  std::unique_ptr<DeviceMemorySource> source_;
+  mutable std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
+  std::unordered_map<void*, LiveBlock> live_blocks_;
+  std::vector<PendingBlock> pending_blocks_;
+  MemoryStats stats_;
+  int64_t cached_bytes_ = 0;
+};
+
+}  // namespace minidl::cuda

@@ -1,0 +1,160 @@
+// The CUDA backend's frame: the per-device registry behind core's cuda_backend(), device
+// discovery, the compute stream and cuBLAS handle, the device memory source of the caching
+// allocator, the pinned host allocator, and synchronisation. Kernels live in the family files.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <array>
+#include <atomic>
+#include <deque>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pinned_allocator.h"
+
+namespace minidl::cuda {
+
+namespace {
+
+// cudaMalloc / cudaFree / events for the caching allocator of one device.
+class CudaMemorySource final : public DeviceMemorySource {
+ public:
+  explicit CudaMemorySource(int device) : device_(device) {}
+  Device device() const override { return Device::cuda(device_); }
+
+  void* try_allocate(size_t bytes) override {
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear the (non-sticky) error so later launch checks stay clean
+      return nullptr;
+    }
+    MINIDL_CUDA_CHECK(status);
+    return p;
+  }
+  void release(void* ptr) noexcept override {
+    DeviceGuard guard(device_);
+    (void)cudaFree(ptr);  // cudaFree waits for the device; a failure here leaves nothing to undo
+  }
+  void memory_info(size_t& free_bytes, size_t& total_bytes) noexcept override {
+    DeviceGuard guard(device_);
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) free_bytes = total_bytes = 0;
+  }
+  uint64_t record_event(void* stream) override {
+    DeviceGuard guard(device_);
+    cudaEvent_t e = nullptr;
+    MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    MINIDL_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(stream)));
+    return reinterpret_cast<uint64_t>(e);
+  }
+  bool event_completed(uint64_t event) override {
+    DeviceGuard guard(device_);
+    const cudaError_t status = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    MINIDL_CUDA_CHECK(status);
+    return true;
+  }
+  void destroy_event(uint64_t event) noexcept override {
+    (void)cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event));
+  }
+
+ private:
+  int device_;
+};
+
+int query_device_count() {
+  int count = 0;
+  // No driver, no device, or a driver older than the runtime: all mean "no usable GPU" here.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace
+
+DeviceGuard::DeviceGuard(int device) {
+  MINIDL_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) MINIDL_CUDA_CHECK(cudaSetDevice(device));
+  else previous_ = -1;  // nothing to restore
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+CudaBackend::CudaBackend(int device_index) : device_(device_index) {
+  DeviceGuard guard(device_);
+  MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  // Non-blocking: the legacy default stream (used by libraries we do not control) does not
+  // serialise against it.
+  MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  allocator_ = std::make_unique<CachingAllocator>(std::make_unique<CudaMemorySource>(device_));
+}
+
+cublasHandle_t CudaBackend::cublas() {
+  std::call_once(cublas_once_, [&] {
+    DeviceGuard guard(device_);
+    MINIDL_CUBLAS_CHECK(cublasCreate(&cublas_));
+    MINIDL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // The baseline is plain fp32: no TF32 tensor-core shortcut (CUBLAS_DEFAULT_MATH keeps
+    // full fp32 unless TF32 is requested explicitly).
+    MINIDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  });
+  return cublas_;
+}
+
+void CudaBackend::synchronize() {
+  DeviceGuard guard(device_);
+  MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+MemoryStats CudaBackend::memory_stats() { return allocator_->stats(); }
+
+void CudaBackend::empty_cache() {
+  synchronize();
+  allocator_->empty_cache();
+}
+
+void CudaBackend::reset_peak_memory_stats() { allocator_->reset_peak(); }
+
+CudaBackend& backend_of(const Tensor& t) {
+  MINIDL_CHECK(t.device().is_cuda(), "cuda backend: expected a tensor on a CUDA device, got ", t.device());
+  return static_cast<CudaBackend&>(backend_for(t.device()));
+}
+
+void require_float32(const Tensor& t, const char* op, const char* what) {
+  MINIDL_CHECK(t.dtype() == DType::Float32, op, ": ", what, " is ", t.dtype(), " with shape ", t.shape(), " on ",
+               t.device(), "; CUDA kernels compute in float32 (float64 lives on the CPU)");
+}
+
+}  // namespace minidl::cuda
+
+namespace minidl {
+
+int cuda_backend_device_count() {
+  static const int count = cuda::query_device_count();
+  return count;
+}
+
+Backend* cuda_backend(int device_index) {
+  const int count = cuda_backend_device_count();
+  if (device_index < 0 || device_index >= count) return nullptr;
+  // One slot per device, created on first use; never destroyed (see ~CudaBackend).
+  static std::deque<std::once_flag> once(static_cast<size_t>(count));
+  static std::deque<std::atomic<cuda::CudaBackend*>> slots(static_cast<size_t>(count));
+  std::call_once(once[static_cast<size_t>(device_index)],
+                 [&] { slots[static_cast<size_t>(device_index)].store(new cuda::CudaBackend(device_index)); });
+  return slots[static_cast<size_t>(device_index)].load();
+}
+
+Allocator* cuda_pinned_host_allocator() {
+  if (cuda_backend_device_count() == 0) return nullptr;
+  return &cuda::pinned_host_allocator();
+}
+
+}  // namespace minidl

@@ -1,0 +1,117 @@
+// CudaBackend: the Backend of one CUDA device (kernels/cuda implements core/backend.h).
+// Each device has one compute stream on which every kernel, copy and cuBLAS call of that
+// device is queued in order; the host only waits where it must read a result (a copy to the
+// CPU, item(), a target check). Methods are defined by family, one .cu file each:
+//   cuda_backend.cu  registry, streams, allocator statistics, synchronize
+//   memory.cu        copies (host <-> device, device <-> device), strided copy, cast, fill, arange, gather
+//   random.cu        uniform / normal / randint from the Philox counters of core/philox.h
+//   elementwise.cu   binary ops with broadcasting, ReLU forward/backward, equal
+//   reduce.cu        sum over a dim (fixed order, no atomics), argmax of rows
+//   gemm.cu          the hand-written tiled SGEMM with fused bias / ReLU epilogue
+//   cublas_gemm.cu   the same products through cuBLAS (the baseline)
+//   linear.cu        matmul, linear forward/backward: picks native or cuBLAS (core gemm_impl())
+//   softmax.cu       log_softmax / softmax, fused softmax-cross-entropy (forward, backward, both)
+//   optimizer.cu     fused SGD and Adam/AdamW updates
+// Only float32 (and int64 for labels and indices) lives on a CUDA device.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "core/backend.h"
+#include "kernels/cuda/caching_allocator.h"
+
+namespace minidl::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_index);
+  // Never destroyed: the registry keeps backends for the life of the process, because tearing
+  // down streams and handles after the CUDA runtime has shut down (at exit) is an error.
+  ~CudaBackend() override = default;
+
+  int device_index() const { return device_; }
+  Device device() const { return Device::cuda(device_); }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas();  // created on first use, bound to stream()
+  int multiprocessor_count() const { return sm_count_; }
+  CachingAllocator& caching_allocator() { return *allocator_; }
+
+  Allocator& allocator() override { return *allocator_; }
+
+  void copy(const Tensor& src, Tensor& dst) override;
+  void strided_copy(const Tensor& src, Tensor& dst) override;
+  void cast(const Tensor& src, Tensor& dst) override;
+  void fill(Tensor& dst, double value) override;
+  void arange(Tensor& dst, double start, double step) override;
+  void gather_rows(const Tensor& src, const Tensor& indices, Tensor& out) override;
+
+  void uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) override;
+  void normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) override;
+  void randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) override;
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
+  void equal(const Tensor& a, const Tensor& b, Tensor& out) override;
+
+  void sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) override;
+  void argmax_rows(const Tensor& x, Tensor& out) override;
+
+  void matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) override;
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) override;
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                       Tensor& db) override;
+
+  void log_softmax_forward(const Tensor& x, Tensor& y) override;
+  void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
+  void softmax_forward(const Tensor& x, Tensor& y) override;
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
+  std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes) override;
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override;
+  void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
+                                   Tensor& dlogits) override;
+  void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                      const Tensor& scale, Tensor& dlogits) override;
+
+  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) override;
+  void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 const AdamConfig& cfg) override;
+
+  void synchronize() override;
+  MemoryStats memory_stats() override;
+  void empty_cache() override;
+  void reset_peak_memory_stats() override;
+
+ private:
+  int device_;
+  int sm_count_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::once_flag cublas_once_;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
+
+// Makes `device` current on this host thread for a scope and restores the previous device.
+// Every backend method opens one: a host thread (a DataParallel worker, say) may drive
+// several devices.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// The backend owning t's memory (t must be on a CUDA device).
+CudaBackend& backend_of(const Tensor& t);
+
+// Throws unless t is float32 (what CUDA kernels compute in); `op` names the caller.
+void require_float32(const Tensor& t, const char* op, const char* what);
+
+}  // namespace minidl::cuda
