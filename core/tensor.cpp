@@ -239,6 +239,8 @@ Tensor empty(const Shape& shape, const TensorOptions& options) {
     MINIDL_CHECK(shape[i] >= 0, "empty: negative size ", shape[i], " in shape ", shape);
   MINIDL_CHECK(!options.requires_grad || is_floating(options.dtype),
                "empty: only floating-point tensors can require gradients, got ", options.dtype);
+  MINIDL_CHECK(!(options.device.is_cuda() && options.dtype == DType::Float64), "empty: a float64 tensor of shape ",
+               shape, " on ", options.device, "; CUDA tensors are float32 or int64 (float64 lives on the CPU)");
   auto impl = std::make_shared<TensorImpl>();
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(options.dtype);
   impl->storage = Storage(bytes, options.device, backend_for(options.device).allocator());

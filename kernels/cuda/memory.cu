@@ -1,0 +1,241 @@
+// Memory kernels of the CUDA backend: copies between host and device and between devices,
+// the strided copy behind .contiguous(), dtype casts, fills, arange and row gathers.
+//
+//   strided_copy: dst[i...] = src[i...] for one shape, any strides on both sides (rank <= 8).
+//                 One thread per element of a grid-stride loop over the linear index of the
+//                 shape; each thread turns it into coordinates, then into both offsets.
+//   cast:         dst[i] = T_dst(src[i]) between float32 and int64 (truncation toward zero).
+//   fill/arange:  dst[i] = value / start + i·step (computed in double, as on the CPU).
+//   gather_rows:  out[i, :] = src[indices[i], :]; a 2-D grid-stride loop over [rows, width].
+// Elements are moved as 4- or 8-byte words; the dtype only matters where values change.
+//
+// Copies: host -> device is asynchronous on the device's stream (from pinned memory it is a
+// true DMA overlap; from pageable memory the driver stages it before returning, so the source
+// may be reused at once). Device -> host waits for the stream, because the caller reads the
+// result next. Device -> device across devices orders the two streams with an event.
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/pinned_allocator.h"
+
+namespace minidl::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Shape and strides by value in the kernel's parameter space (rank <= 8, as Shape allows).
+struct StridedLayout {
+  int rank = 0;
+  int64_t sizes[8] = {};
+  int64_t src_strides[8] = {};
+  int64_t dst_strides[8] = {};
+};
+
+// ---- kernels ----
+
+template <typename Word>
+__global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restrict__ dst, StridedLayout layout,
+                                    int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i, s = 0, d = 0;
+    for (int k = layout.rank - 1; k >= 0; --k) {
+      const int64_t c = rest % layout.sizes[k];
+      rest /= layout.sizes[k];
+      s += c * layout.src_strides[k];
+      d += c * layout.dst_strides[k];
+    }
+    dst[d] = src[s];
+  }
+}
+
+template <typename From, typename To>
+__global__ void cast_kernel(const From* __restrict__ src, To* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = static_cast<To>(src[i]);
+}
+
+template <typename T>
+__global__ void arange_kernel(T* __restrict__ dst, double start, double step, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = static_cast<T>(start + static_cast<double>(i) * step);
+}
+
+template <typename T>
+__global__ void fill_kernel(T* __restrict__ dst, T value, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
+// out [rows, width] row-major; src [*, width]; indices [rows] already range-checked.
+template <typename Word>
+__global__ void gather_rows_kernel(const Word* __restrict__ src, const int64_t* __restrict__ indices,
+                                   Word* __restrict__ out, int64_t rows, int64_t width) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const Word* from = src + indices[r] * width;
+    Word* to = out + r * width;
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < width;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      to[j] = from[j];
+  }
+}
+
+// ---- helpers of the launchers ----
+
+size_t element_bytes(const Tensor& t) { return dtype_size(t.dtype()); }
+
+void require_cuda_dtype(const Tensor& t, const char* op) {
+  MINIDL_CHECK(t.dtype() == DType::Float32 || t.dtype() == DType::Int64, op, ": a ", t.dtype(), " tensor of shape ",
+               t.shape(), " on ", t.device(), "; CUDA tensors are float32 or int64 (float64 lives on the CPU)");
+}
+
+template <typename F>
+void with_word(size_t bytes, F&& f) {
+  if (bytes == 4) f(uint32_t{});
+  else f(uint64_t{});
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  const size_t bytes = static_cast<size_t>(src.numel()) * element_bytes(src);
+  if (bytes == 0) return;
+  const Device from = src.device(), to = dst.device();
+  if (from.is_cpu() && to.is_cuda()) {  // host -> device, on the destination's stream
+    CudaBackend& be = backend_of(dst);
+    DeviceGuard guard(be.device_index());
+    MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyHostToDevice, be.stream()));
+    if (is_pinned(src)) pinned_host_allocator().record_stream(src.impl()->storage.data(), be.stream());
+    return;
+  }
+  if (from.is_cuda() && to.is_cpu()) {  // device -> host: the caller reads it next, so wait
+    CudaBackend& be = backend_of(src);
+    DeviceGuard guard(be.device_index());
+    MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyDeviceToHost, be.stream()));
+    MINIDL_CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+    return;
+  }
+  MINIDL_CHECK(from.is_cuda() && to.is_cuda(), "copy: cannot copy from ", from, " to ", to, " in the CUDA backend");
+  CudaBackend& dst_be = backend_of(dst);
+  if (from == to) {
+    DeviceGuard guard(dst_be.device_index());
+    MINIDL_CUDA_CHECK(
+        cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyDeviceToDevice, dst_be.stream()));
+    return;
+  }
+  // Across devices: the copy waits for the source stream's pending writes, runs on the
+  // destination's stream, and is waited for, so the source may be freed on return.
+  CudaBackend& src_be = backend_of(src);
+  cudaEvent_t ready = nullptr;
+  {
+    DeviceGuard guard(src_be.device_index());
+    MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    MINIDL_CUDA_CHECK(cudaEventRecord(ready, src_be.stream()));
+  }
+  DeviceGuard guard(dst_be.device_index());
+  const cudaError_t wait = cudaStreamWaitEvent(dst_be.stream(), ready, 0);
+  const cudaError_t peer = wait == cudaSuccess ? cudaMemcpyPeerAsync(dst.raw_data(), to.index, src.raw_data(),
+                                                                     from.index, bytes, dst_be.stream())
+                                               : wait;
+  const cudaError_t done = peer == cudaSuccess ? cudaStreamSynchronize(dst_be.stream()) : peer;
+  (void)cudaEventDestroy(ready);
+  MINIDL_CUDA_CHECK(done);
+}
+
+void CudaBackend::strided_copy(const Tensor& src, Tensor& dst) {
+  require_cuda_dtype(src, "strided_copy");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  StridedLayout layout;
+  layout.rank = src.dim();
+  for (int k = 0; k < layout.rank; ++k) {
+    layout.sizes[k] = src.shape()[k];
+    layout.src_strides[k] = src.strides()[k];
+    layout.dst_strides[k] = dst.strides()[k];
+  }
+  const unsigned grid = grid_for(n, kThreads, sm_count_);
+  with_word(element_bytes(src), [&](auto word) {
+    using W = decltype(word);
+    strided_copy_kernel<W><<<grid, kThreads, 0, stream_>>>(static_cast<const W*>(src.raw_data()),
+                                                           static_cast<W*>(dst.raw_data()), layout, n);
+    MINIDL_LAUNCH_CHECK();
+  });
+}
+
+void CudaBackend::cast(const Tensor& src, Tensor& dst) {
+  require_cuda_dtype(src, "cast");
+  require_cuda_dtype(dst, "cast");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  const unsigned grid = grid_for(n, kThreads, sm_count_);
+  if (src.dtype() == dst.dtype()) {
+    MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), static_cast<size_t>(n) * element_bytes(src),
+                                      cudaMemcpyDeviceToDevice, stream_));
+  } else if (src.dtype() == DType::Float32) {
+    cast_kernel<float, int64_t><<<grid, kThreads, 0, stream_>>>(src.data<float>(), dst.data<int64_t>(), n);
+    MINIDL_LAUNCH_CHECK();
+  } else {
+    cast_kernel<int64_t, float><<<grid, kThreads, 0, stream_>>>(src.data<int64_t>(), dst.data<float>(), n);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+void CudaBackend::fill(Tensor& dst, double value) {
+  require_cuda_dtype(dst, "fill");
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  const unsigned grid = grid_for(n, kThreads, sm_count_);
+  if (dst.dtype() == DType::Float32) {
+    fill_kernel<float><<<grid, kThreads, 0, stream_>>>(dst.data<float>(), static_cast<float>(value), n);
+    MINIDL_LAUNCH_CHECK();
+  } else {
+    fill_kernel<int64_t><<<grid, kThreads, 0, stream_>>>(dst.data<int64_t>(), static_cast<int64_t>(value), n);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+void CudaBackend::arange(Tensor& dst, double start, double step) {
+  require_cuda_dtype(dst, "arange");
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  const unsigned grid = grid_for(n, kThreads, sm_count_);
+  if (dst.dtype() == DType::Float32) {
+    arange_kernel<float><<<grid, kThreads, 0, stream_>>>(dst.data<float>(), start, step, n);
+    MINIDL_LAUNCH_CHECK();
+  } else {
+    arange_kernel<int64_t><<<grid, kThreads, 0, stream_>>>(dst.data<int64_t>(), start, step, n);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+void CudaBackend::gather_rows(const Tensor& src, const Tensor& indices, Tensor& out) {
+  require_cuda_dtype(src, "gather_rows");
+  const int64_t rows = out.dim() == 0 ? 0 : out.shape()[0];
+  const int64_t width = rows == 0 ? 0 : out.numel() / rows;
+  if (rows == 0 || width == 0) return;
+  DeviceGuard guard(device_);
+  const dim3 grid(static_cast<unsigned>(ceil_div(width < 4096 ? width : 4096, kThreads)),
+                  static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  with_word(element_bytes(src), [&](auto word) {
+    using W = decltype(word);
+    gather_rows_kernel<W><<<grid, kThreads, 0, stream_>>>(static_cast<const W*>(src.raw_data()),
+                                                          indices.data<int64_t>(), static_cast<W*>(out.raw_data()),
+                                                          rows, width);
+    MINIDL_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace minidl::cuda

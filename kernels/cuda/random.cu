@@ -1,0 +1,91 @@
+// Random fills on the GPU from the same Philox4x32-10 counters as the CPU (core/philox.h):
+// element i of a tensor drawn at generator offset `offset` uses counter offset + i, so one
+// seed gives the same numbers on every run, whatever the grid, and on the CPU and the GPU
+// (uniform and randint bit for bit; normal to the last bit of double log/cos).
+//
+//   uniform: low + (high - low)·u, u = 24 random bits / 2^24 (float32), nudged below high.
+//   normal:  Box–Muller in double on two 53-bit uniforms of the block, then rounded to float.
+//   randint: low + floor(r · range / 2^64) for a 64-bit r (multiply-shift, __umul64hi).
+// One thread per element in a grid-stride loop.
+#include "core/philox.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+
+namespace minidl::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// ---- kernels ----
+
+__global__ void uniform_kernel(float* __restrict__ dst, int64_t n, double low, double high, uint64_t seed,
+                               uint64_t offset) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const philox::Block b = philox::block_for(seed, offset, static_cast<uint64_t>(i));
+    const double u = philox::uniform_float(b);
+    float v = static_cast<float>(low + (high - low) * u);
+    if (v >= static_cast<float>(high) && high > low) v = nextafterf(static_cast<float>(high), static_cast<float>(low));
+    dst[i] = v;
+  }
+}
+
+__global__ void normal_kernel(float* __restrict__ dst, int64_t n, double mean, double stddev, uint64_t seed,
+                              uint64_t offset) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const philox::Block b = philox::block_for(seed, offset, static_cast<uint64_t>(i));
+    const double u1 = 1.0 - philox::uniform_double(b.x[0], b.x[1]);  // (0, 1]: log stays finite
+    const double u2 = philox::uniform_double(b.x[2], b.x[3]);
+    const double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    dst[i] = static_cast<float>(mean + stddev * z);
+  }
+}
+
+__global__ void randint_kernel(int64_t* __restrict__ dst, int64_t n, int64_t low, uint64_t range, uint64_t seed,
+                               uint64_t offset) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = philox::bits64(philox::block_for(seed, offset, static_cast<uint64_t>(i)));
+    dst[i] = low + static_cast<int64_t>(__umul64hi(r, range));
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void CudaBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) {
+  require_float32(dst, "uniform", "the output");
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  uniform_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(dst.data<float>(), n, low, high, seed,
+                                                                             offset);
+  MINIDL_LAUNCH_CHECK();
+}
+
+void CudaBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) {
+  require_float32(dst, "normal", "the output");
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  normal_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(dst.data<float>(), n, mean, stddev, seed,
+                                                                            offset);
+  MINIDL_LAUNCH_CHECK();
+}
+
+void CudaBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
+  MINIDL_CHECK(dst.dtype() == DType::Int64, "randint: CUDA draws int64, got ", dst.dtype());
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_);
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  randint_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(dst.data<int64_t>(), n, low, range, seed,
+                                                                             offset);
+  MINIDL_LAUNCH_CHECK();
+}
+
+}  // namespace minidl::cuda

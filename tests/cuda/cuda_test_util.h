@@ -1,0 +1,57 @@
+// Helpers of the CUDA tests: fresh random inputs made on the CPU and copied to cuda:0, and
+// comparisons of a CUDA result with the CPU reference under a stated tolerance.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace minidl::cuda_test {
+
+inline const Device kGpu = Device::cuda(0);
+
+// Uniform in [lo, hi) on the CPU from its own seeded generator (fresh per test and per seed).
+inline Tensor random_cpu(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  Generator g(seed);
+  return rand(shape, TensorOptions(DType::Float32, Device::cpu()), &g) * (hi - lo) + lo;
+}
+
+// max |a - b| <= atol + rtol · |b| elementwise, b the CPU reference; reports the worst element.
+inline void check_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
+  INFO(what << ": shape " << got.shape() << " vs " << want.shape());
+  REQUIRE(got.shape() == want.shape());
+  const std::vector<float> a = got.to(Device::cpu()).to(DType::Float32).to_vector<float>();
+  const std::vector<float> b = want.to(Device::cpu()).to(DType::Float32).to_vector<float>();
+  size_t worst = 0;
+  double worst_excess = -1.0;
+  bool finite = true;
+  for (size_t i = 0; i < a.size(); ++i) {
+    finite = finite && (std::isfinite(a[i]) == std::isfinite(b[i]));
+    const double excess = std::abs(static_cast<double>(a[i]) - b[i]) - (atol + rtol * std::abs(static_cast<double>(b[i])));
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  INFO("worst element " << worst << ": got " << (a.empty() ? 0.f : a[worst]) << ", want " << (b.empty() ? 0.f : b[worst]));
+  CHECK(finite);
+  CHECK(worst_excess <= 0.0);
+}
+
+inline void check_equal(const Tensor& got, const Tensor& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == want.shape());
+  REQUIRE(got.dtype() == want.dtype());
+  if (got.dtype() == DType::Int64)
+    CHECK(got.to(Device::cpu()).to_vector<int64_t>() == want.to(Device::cpu()).to_vector<int64_t>());
+  else
+    CHECK(got.to(Device::cpu()).to_vector<float>() == want.to(Device::cpu()).to_vector<float>());
+}
+
+}  // namespace minidl::cuda_test

@@ -1,0 +1,123 @@
+// CUDA memory: copies in every direction, pinned memory, the strided copy behind contiguous(),
+// casts, fills, arange, row gathers, Philox random fills against the CPU, the caching
+// allocator's statistics, and out-of-memory as a recoverable error.
+#include "cuda_test_util.h"
+
+#include "core/generator.h"
+#include "core/memory.h"
+
+using namespace minidl;
+using namespace minidl::cuda_test;
+
+namespace {
+const int64_t kSizes[] = {0, 1, 31, 257, 1000};
+}
+
+TEST_CASE("host to device to host copies are exact for float32 and int64", "[cuda][memory]") {
+  for (int64_t n : kSizes) {
+    Tensor x = random_cpu({n}, 10 + static_cast<uint64_t>(n));
+    check_equal(x.to(kGpu).to(Device::cpu()), x, "float32 round trip");
+    Tensor labels = randint(-5, 5, {n}, DType::Int64);
+    check_equal(labels.to(kGpu).to(Device::cpu()), labels, "int64 round trip");
+    // device -> device on one device (clone) keeps the values
+    check_equal(x.to(kGpu).clone(), x, "device clone");
+  }
+}
+
+TEST_CASE("pinned host tensors copy to the device and their blocks are reused", "[cuda][memory]") {
+  Tensor x = random_cpu({257, 3}, 3);
+  Tensor p = pin_memory(x);
+  CHECK(is_pinned(p));
+  CHECK_FALSE(is_pinned(x));
+  check_equal(p.to(kGpu), x, "pinned -> device");
+  CHECK_THROWS_WITH(pin_memory(x.to(kGpu)), Catch::Contains("expected a CPU tensor"));
+}
+
+TEST_CASE("contiguous of transposed, narrowed and expanded device views matches the CPU", "[cuda][memory]") {
+  for (int64_t n : kSizes) {
+    Tensor x = random_cpu({n, 7}, 20 + static_cast<uint64_t>(n));
+    Tensor g = x.to(kGpu);
+    check_equal(g.t().contiguous(), x.t().contiguous(), "transpose");
+    if (n > 2) check_equal(g.narrow(0, 1, n - 2).t().contiguous(), x.narrow(0, 1, n - 2).t().contiguous(), "narrow");
+    check_equal(ops::expand(g.narrow(1, 2, 1), {n, 5}).contiguous(), ops::expand(x.narrow(1, 2, 1), {n, 5}).contiguous(),
+                "expand");
+  }
+}
+
+TEST_CASE("casts, fills and arange on the device match the CPU", "[cuda][memory]") {
+  for (int64_t n : kSizes) {
+    Tensor x = random_cpu({n}, 30 + static_cast<uint64_t>(n), -50.0, 50.0);
+    check_equal(x.to(kGpu).to(DType::Int64), x.to(DType::Int64), "float32 -> int64 truncates toward zero");
+    Tensor i = randint(-1000, 1000, {n}, DType::Int64);
+    check_equal(i.to(kGpu).to(DType::Float32), i.to(DType::Float32), "int64 -> float32");
+    check_equal(full({n}, 2.5, TensorOptions(DType::Float32, kGpu)), full({n}, 2.5), "fill float32");
+    check_equal(full({n}, -7, TensorOptions(DType::Int64, kGpu)), full({n}, -7, DType::Int64), "fill int64");
+    check_equal(arange(0.5, 0.5 + 0.25 * static_cast<double>(n), 0.25, TensorOptions(DType::Float32, kGpu)),
+                arange(0.5, 0.5 + 0.25 * static_cast<double>(n), 0.25, DType::Float32), "arange");
+  }
+}
+
+TEST_CASE("index_rows gathers device rows like the CPU", "[cuda][memory]") {
+  for (int64_t n : kSizes) {
+    if (n == 0) continue;
+    Tensor x = random_cpu({n, 5}, 40 + static_cast<uint64_t>(n));
+    Tensor idx = randint(0, n, {2 * n + 1}, DType::Int64);
+    check_equal(ops::index_rows(x.to(kGpu), idx.to(kGpu)), ops::index_rows(x, idx), "float rows");
+    Tensor labels = randint(0, 10, {n}, DType::Int64);
+    check_equal(ops::index_rows(labels.to(kGpu), idx.to(kGpu)), ops::index_rows(labels, idx), "int64 rows");
+  }
+}
+
+TEST_CASE("uniform, normal and randint give the CPU's numbers for the same seed", "[cuda][random]") {
+  for (int64_t n : kSizes) {
+    Generator a(99), b(99);
+    check_equal(rand({n}, TensorOptions(DType::Float32, kGpu), &a), rand({n}, DType::Float32, &b),
+                "uniform is bit-identical (same float arithmetic)");
+    // Box–Muller uses double log/cos, whose last bit may differ between CUDA's and glibc's
+    // implementations; after rounding to float32 that is at most 1 ulp: 1e-6 relative.
+    check_close(randn({n}, TensorOptions(DType::Float32, kGpu), &a), randn({n}, DType::Float32, &b), 1e-6, 1e-6,
+                "normal");
+    check_equal(randint(-3, 1000003, {n}, TensorOptions(DType::Int64, kGpu), &a),
+                randint(-3, 1000003, {n}, DType::Int64, &b), "randint is bit-identical");
+  }
+}
+
+TEST_CASE("float64 tensors are refused on the device with a clear error", "[cuda][memory]") {
+  CHECK_THROWS_WITH(zeros({3}, TensorOptions(DType::Float64, kGpu)), Catch::Contains("float64"));
+  CHECK_THROWS_WITH(random_cpu({3}, 1).to(DType::Float64).to(kGpu), Catch::Contains("float64"));
+}
+
+TEST_CASE("the caching allocator reuses freed blocks and reports its statistics", "[cuda][memory]") {
+  backend_for(kGpu).synchronize();
+  empty_cache(kGpu);
+  const MemoryStats before = memory_stats(kGpu);
+  {
+    Tensor a = empty({1 << 20}, TensorOptions(DType::Float32, kGpu));  // 4 MiB
+    const MemoryStats during = memory_stats(kGpu);
+    CHECK(during.allocated_bytes >= before.allocated_bytes + (4 << 20));
+    CHECK(during.peak_allocated_bytes >= during.allocated_bytes);
+  }
+  const MemoryStats freed = memory_stats(kGpu);
+  CHECK(freed.allocated_bytes == before.allocated_bytes);
+  CHECK(freed.reserved_bytes >= before.reserved_bytes + (4 << 20));  // kept in the cache
+  Tensor again = empty({1 << 20}, TensorOptions(DType::Float32, kGpu));
+  const MemoryStats hit = memory_stats(kGpu);
+  CHECK(hit.cache_hits == freed.cache_hits + 1);
+  CHECK(hit.device_allocations == freed.device_allocations);
+  again = Tensor();
+  empty_cache(kGpu);
+  CHECK(memory_stats(kGpu).reserved_bytes == memory_stats(kGpu).allocated_bytes);
+}
+
+TEST_CASE("a huge device allocation throws OutOfMemory and the next small one succeeds", "[cuda][memory]") {
+  // 2^40 floats = 4 TiB: more than any GPU has.
+  try {
+    Tensor huge = empty({int64_t{1} << 40}, TensorOptions(DType::Float32, kGpu));
+    FAIL("a 4 TiB allocation succeeded");
+  } catch (const OutOfMemory& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("cuda:0") && Catch::Contains("free of") && Catch::Contains("cache holds"));
+  }
+  Tensor small = full({31}, 1.0, TensorOptions(DType::Float32, kGpu));
+  CHECK(ops::sum(small).item() == 31.0);
+}
