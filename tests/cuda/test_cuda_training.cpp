@@ -2,6 +2,7 @@
 // curve, with both GEMM implementations.
 #include "cuda_test_util.h"
 
+#include "core/backend.h"
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
