@@ -1,8 +1,12 @@
-// bench/train_step: microseconds per training step of the seed tutorial — one DataLoader batch
-// (100×10 random dataset, 2 classes, batch 10, shuffled), SimpleModel forward (Linear 10→5,
-// ReLU, Linear 5→2), CrossEntropyLoss, backward, SGD step (lr 0.01), zero_grad — the same work
-// bench/torch_seed_step.py times in PyTorch. With no arguments it runs on the CPU: a warm-up,
-// then --repeats runs of --steps steps, the median reported as one JSON line on stdout:
+// bench/train_step: microseconds per training step, on the CPU or a GPU (--device cuda:0).
+//   --model seed (default): the seed tutorial — one DataLoader batch (100×10 random dataset,
+//     2 classes, batch 10, shuffled), SimpleModel forward (Linear 10→5, ReLU, Linear 5→2),
+//     CrossEntropyLoss, backward, SGD step (lr 0.01), zero_grad — what bench/torch_seed_step.py
+//     times in PyTorch.
+//   --model mlp: the Fashion-MNIST MLP 784→256→128→10 (ReLU), cross-entropy, backward, SGD with
+//     momentum 0.9, zero_grad, on a batch already on the device, for each of --batch-sizes
+//     (a sweep) — what bench/torch_train_step.py times in PyTorch eager.
+// A warm-up, then --repeats runs of --steps steps; the median is one JSON line per case:
 //   {"bench":"seed_step","impl":"minidl","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
 #include <omp.h>
 
@@ -53,6 +57,70 @@ void train_steps(int64_t steps, data::DataLoader& loader, SimpleModel& model, op
   }
 }
 
+// The Fashion-MNIST MLP: 784 -> 256 -> ReLU -> 128 -> ReLU -> 10 (Sequential fuses Linear+ReLU).
+std::shared_ptr<nn::Sequential> make_mlp() {
+  auto mlp = std::make_shared<nn::Sequential>();
+  mlp->push_back(std::make_shared<nn::Linear>(784, 256));
+  mlp->push_back(std::make_shared<nn::ReLU>());
+  mlp->push_back(std::make_shared<nn::Linear>(256, 128));
+  mlp->push_back(std::make_shared<nn::ReLU>());
+  mlp->push_back(std::make_shared<nn::Linear>(128, 10));
+  return mlp;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median microseconds per MLP step at one batch size; inputs and labels live on the device.
+double time_mlp_step(Device device, int64_t batch, int64_t steps, int64_t warmup, int repeats, uint64_t seed) {
+  manual_seed(seed);
+  auto model = make_mlp();
+  model->to(device);
+  Generator g(seed + 1);
+  Tensor x = randn({batch, 784}, {}, &g).to(device);                   // [B, 784]
+  Tensor y = randint(0, 10, {batch}, DType::Int64, &g).to(device);      // [B]
+  optim::SGDOptions sgd;
+  sgd.lr = 0.01;
+  sgd.momentum = 0.9;
+  optim::SGD optimizer(model->parameters(), sgd);
+  nn::CrossEntropyLoss criterion;
+  auto run = [&](int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      optimizer.zero_grad();
+      Tensor loss = criterion((*model)(x), y);
+      loss.backward();
+      optimizer.step();
+    }
+    if (device.is_cuda()) backend_for(device).synchronize();
+  };
+  run(warmup);
+  std::vector<double> us;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    run(steps);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+                 static_cast<double>(steps));
+  }
+  return median_of(us);
+}
+
+std::vector<int64_t> parse_sizes(const std::string& list) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = list.find(',', pos);
+    const std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const long long v = std::stoll(item);
+    if (v <= 0) throw Error("train_step: --batch-sizes must be positive integers, got '" + item + "'");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,7 +129,11 @@ int main(int argc, char** argv) {
   int64_t steps = 10000, warmup = 1000;
   int repeats = 5;
   uint64_t seed = 0;
+  std::string model_name = "seed", batch_sizes = "128,512,1024,4096";
   app.add_option("--device", device_name, "cpu, cuda or cuda:N");
+  app.add_option("--model", model_name, "seed (the tutorial) or mlp (784-256-128-10)")
+      ->check(CLI::IsMember({"seed", "mlp"}));
+  app.add_option("--batch-sizes", batch_sizes, "comma-separated batch sizes of the mlp sweep");
   app.add_option("--steps", steps, "steps per timed run")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps before the first run")->check(CLI::NonNegativeNumber);
   app.add_option("--repeats", repeats, "timed runs; the median is reported")->check(CLI::PositiveNumber);
@@ -70,6 +142,18 @@ int main(int argc, char** argv) {
 
   try {
     const Device device(device_name);
+    if (model_name == "mlp") {
+      for (int64_t batch : parse_sizes(batch_sizes)) {
+        const double us = time_mlp_step(device, batch, steps, warmup, repeats, seed);
+        std::fprintf(stderr, "mlp step on %s, batch %lld: median %.2f us/step (%d runs of %lld steps)\n",
+                     device.str().c_str(), (long long)batch, us, repeats, (long long)steps);
+        std::printf("{\"bench\":\"mlp_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"gemm\":\"%s\","
+                    "\"threads\":%d,\"batch\":%lld,\"steps\":%lld,\"us_per_step\":%.3f}\n",
+                    device.str().c_str(), gemm_impl_name(gemm_impl()), omp_get_max_threads(), (long long)batch,
+                    (long long)steps, us);
+      }
+      return 0;
+    }
     manual_seed(seed);  // the Linear initialisations draw from the default generator
     auto model = std::make_shared<SimpleModel>();
     model->to(device);
