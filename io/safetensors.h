@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "core/tensor.h"
+#include "io/atomic_file.h"  // write_file_atomically
 
 namespace minidl::io {
 
@@ -38,14 +39,9 @@ std::string serialize_safetensors(const TensorMap& tensors, const Metadata& meta
 // Parses a whole file held in memory; `name` is used in error messages.
 SafetensorsFile parse_safetensors(const unsigned char* data, size_t size, const std::string& name);
 
-// serialize_safetensors + write_file_atomically: a failed save leaves any old file intact.
+// serialize_safetensors + write_file_atomically (io/atomic_file.h): a failed save leaves any
+// old file intact.
 void save_safetensors(const TensorMap& tensors, const std::string& path, const Metadata& metadata = {});
 SafetensorsFile load_safetensors(const std::string& path);
-
-// Replaces `path` with `bytes` so that a crash at any moment leaves either the old file or the
-// new one: writes a temporary file in the same folder (mkstemp), fsyncs and closes it, renames
-// it over `path`, fsyncs the folder. On failure the temporary file is removed, the old file is
-// untouched and a minidl::Error with the strerror text is thrown.
-void write_file_atomically(const std::string& path, std::string_view bytes);
 
 }  // namespace minidl::io
