@@ -59,10 +59,10 @@ std::vector<float> pixel_table(const std::optional<Normalize>& normalize) {
 
 TensorDataset load_mnist(const std::string& dir, MnistSplit split, const MnistOptions& options) {
   MINIDL_CHECK(options.limit >= 0, "load_mnist: limit must be >= 0 (0 = all), got ", options.limit);
+  const std::vector<float> table = pixel_table(options.normalize);  // checks normalize before any I/O
   const std::string prefix = split == MnistSplit::Train ? "train" : "t10k";
   const std::string images_path = find_split_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_split_file(dir, prefix + "-labels-idx1-ubyte");
-  const std::vector<float> table = pixel_table(options.normalize);  // checks normalize first
 
   const IdxArray images = read_idx(images_path);
   const IdxArray labels = read_idx(labels_path);
@@ -93,7 +93,10 @@ TensorDataset load_mnist(const std::string& dir, MnistSplit split, const MnistOp
   Tensor x = empty(x_shape, DType::Float32);  // [N, 784] or [N, 1, 28, 28]
   float* xp = x.data<float>();
   const unsigned char* pixels = images.payload.data();
-  for (int64_t i = 0; i < n * kPixels; ++i) xp[i] = table[pixels[i]];
+  const float* lut = table.data();
+  const int64_t count = n * kPixels;
+#pragma omp parallel for schedule(static) if (count > (1 << 20))
+  for (int64_t i = 0; i < count; ++i) xp[i] = lut[pixels[i]];
   return TensorDataset(std::move(x), std::move(y));
 }
 
