@@ -289,7 +289,6 @@ std::string serialize_safetensors(const TensorMap& tensors, const Metadata& meta
   // Contiguous CPU copies first, so the offsets below are the exact byte counts.
   std::vector<std::pair<const std::string*, Tensor>> host;
   for (const auto& [name, t] : tensors) {
-    MINIDL_CHECK(!name.empty(), op, "a tensor has an empty name");
     MINIDL_CHECK(name != kMetadataKey, op, "'", kMetadataKey, "' is reserved for the metadata, not a tensor name");
     MINIDL_CHECK(t.defined(), op, "tensor '", name, "' is undefined");
     host.emplace_back(&name, t.detach().cpu().contiguous());

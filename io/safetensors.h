@@ -28,12 +28,13 @@ struct SafetensorsFile {
   Metadata metadata;  // the "__metadata__" object, empty when absent
 };
 
-// A header longer than this is refused (the Rust reference implementation's limit too).
+// A header longer than this is refused, before anything is allocated for it. (Hugging Face's
+// reader draws its line a little lower, at 10^8 bytes; either describes millions of tensors.)
 inline constexpr size_t kSafetensorsMaxHeaderBytes = 100u << 20;
 
 // The bytes of a whole file. Tensors on any device, with any strides, are copied to
-// contiguous CPU first. Throws for an undefined tensor, an empty name or one starting with
-// "__metadata__".
+// contiguous CPU first. Throws for an undefined tensor, the reserved name "__metadata__", or a
+// name or metadata string that is not valid UTF-8 (JSON text must be).
 std::string serialize_safetensors(const TensorMap& tensors, const Metadata& metadata = {});
 
 // Parses a whole file held in memory; `name` is used in error messages.
