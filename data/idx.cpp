@@ -2,6 +2,7 @@
 // big-endian -> host conversion into a tensor. See data/idx.h for the format.
 #include "data/idx.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -229,10 +230,10 @@ IdxArray read_idx(const std::string& path) {
   const std::string where = "read_idx: " + path;
   File f(std::fopen(path.c_str(), "rb"));
   MINIDL_CHECK(f != nullptr, where, ": cannot open: ", errno_text());
-  MINIDL_CHECK(std::fseek(f.get(), 0, SEEK_END) == 0, where, ": cannot seek: ", errno_text());
-  const long file_size = std::ftell(f.get());
-  MINIDL_CHECK(file_size >= 0, where, ": cannot tell the file size: ", errno_text());
-  std::rewind(f.get());
+  struct stat st;
+  MINIDL_CHECK(::fstat(fileno(f.get()), &st) == 0, where, ": cannot stat: ", errno_text());
+  MINIDL_CHECK(S_ISREG(st.st_mode), where, ": not a regular file");
+  const auto file_size = static_cast<uint64_t>(st.st_size);
 
   unsigned char magic[2] = {0, 0};
   const size_t got_magic = std::fread(magic, 1, 2, f.get());
@@ -250,7 +251,7 @@ IdxArray read_idx(const std::string& path) {
     size_t head_size = read(head, 4);
     if (head_size == 4 && head[3] >= 1 && head[3] <= kIdxMaxRank) head_size += read(head + 4, 4 * size_t{head[3]});
     const IdxHeader h = parse_header(head, head_size, where);
-    check_payload_length(h, static_cast<size_t>(file_size) - h.header_bytes, where, " bytes");
+    check_payload_length(h, static_cast<size_t>(file_size - h.header_bytes), where, " bytes");
     return read_payload(h, read, h.payload_bytes, where, " bytes");
   }
 
@@ -261,7 +262,7 @@ IdxArray read_idx(const std::string& path) {
   if (head_size == 4 && head[3] >= 1 && head[3] <= kIdxMaxRank) head_size += read(head + 4, 4 * size_t{head[3]});
   const IdxHeader h = parse_header(head, head_size, where + " (decompressed)");
   // Deflate expands at most ~1032:1, so no honest file yields more than this.
-  const size_t max_out = static_cast<size_t>(file_size) * 1032 + 4096;
+  const size_t max_out = static_cast<size_t>(std::min<uint64_t>(file_size, SIZE_MAX / 2048) * 1032 + 4096);
   return read_payload(h, read, max_out, where, " bytes (decompressed)");
 }
 

@@ -179,6 +179,7 @@ TEST_CASE("read_idx refuses a malformed file on disk, naming it", "[data][idx]")
   SECTION("a missing file gives the strerror text") {
     CHECK_THAT(error_message([&] { read_idx(dir.file("nope.gz")); }),
                Contains("read_idx: " + dir.file("nope.gz")) && Contains("cannot open: No such file or directory"));
+    CHECK_THAT(error_message([&] { read_idx(dir.path()); }), Contains("not a regular file"));
   }
   SECTION("a plain file that is truncated, or has trailing garbage") {
     testing::write_bytes(dir.file("short"), good.substr(0, good.size() - 1));
