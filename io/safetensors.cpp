@@ -85,7 +85,7 @@ class HeaderSax : public nlohmann::json_sax<Json> {
   bool key(string_t& k) override {
     if (stack_.back()->contains(k)) {
       return fail(stack_.size() == 1 ? "duplicate name '" + k + "'"
-                                     : "duplicate key '" + k + "' inside an entry");
+                                     : "duplicate key '" + k + "' inside '" + names_.back() + "'");
     }
     key_ = std::move(k);
     return true;
@@ -120,16 +120,19 @@ class HeaderSax : public nlohmann::json_sax<Json> {
   }
   bool open(Json&& container) {
     if (stack_.size() >= kMaxDepth) return fail("nested more than 8 levels deep (a safetensors header nests 3)");
+    names_.push_back(stack_.empty() ? "" : stack_.back()->is_array() ? names_.back() + "[]" : key_);
     stack_.push_back(place(std::move(container)));
     return true;
   }
   bool close() {
     stack_.pop_back();
+    names_.pop_back();
     return true;
   }
 
   // Open containers, innermost last. Pointers stay valid: only the innermost one grows.
   std::vector<Json*> stack_;
+  std::vector<std::string> names_;  // the key each open container sits under, for messages
   std::string key_;
 };
 

@@ -100,7 +100,7 @@ TEST_CASE("load_mnist normalises exactly as Normalize does on the scaled pixels"
   CHECK(def.features().to_vector<float>() == Normalize{0.2860, 0.3530}(raw.features()).to_vector<float>());
 }
 
-TEST_CASE("load_mnist keeps [N, 1, 28, 28] when asked not to flatten, and honours limit", "[data][mnist]") {
+TEST_CASE("load_mnist keeps N x 1 x 28 x 28 images when asked not to flatten, and honours limit", "[data][mnist]") {
   TempDir dir;
   write_split(dir, "train", 5, labels_of({0, 1, 2, 3, 4}), /*gz=*/true);
   MnistOptions o = raw_options();

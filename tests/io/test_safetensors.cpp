@@ -240,7 +240,8 @@ TEST_CASE("parse_safetensors refuses duplicate names, truncated data and bad met
   const std::string e = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
   CHECK_THAT(parse_error(st_file("{\"a\":" + e + ",\"a\":" + e + "}", "abcd")), Contains("duplicate name 'a'"));
   CHECK_THAT(parse_error(st_file(R"({"a":{"dtype":"F32","dtype":"I64","shape":[1],"data_offsets":[0,4]}})", "abcd")),
-             Contains("duplicate key 'dtype' inside an entry"));
+             Contains("duplicate key 'dtype' inside 'a'"));
+  CHECK_THAT(parse_error(st_file(R"({"__metadata__":{"k":"1","k":"2"}})")), Contains("duplicate key 'k' inside '__metadata__'"));
   CHECK_THAT(parse_error(st_file(R"({"__metadata__":{},"__metadata__":{}})")), Contains("duplicate name '__metadata__'"));
 
   const std::string good = serialize_safetensors({{"w", ones({4})}, {"v", ones({2}, DType::Int64)}});
