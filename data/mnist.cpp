@@ -7,13 +7,19 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "data/idx.h"
 
 namespace minidl::data {
 
-std::string default_fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
+// MINIDL_FASHION_MNIST_DIR overrides the Debian path (machines where the package cannot be
+// installed, such as the lent GPU machine, carry the files elsewhere).
+std::string default_fashion_mnist_dir() {
+  const char* dir = std::getenv("MINIDL_FASHION_MNIST_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : "/usr/share/datasets/fashion-mnist";
+}
 
 Tensor Normalize::operator()(const Tensor& x) const {
   check_defined(x, "Normalize", "x");

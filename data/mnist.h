@@ -16,7 +16,8 @@ namespace minidl::data {
 
 enum class MnistSplit { Train, Test };
 
-// "/usr/share/datasets/fashion-mnist", where Debian's dataset-fashion-mnist puts the files.
+// "/usr/share/datasets/fashion-mnist", where Debian's dataset-fashion-mnist puts the files, or
+// $MINIDL_FASHION_MNIST_DIR when set.
 std::string default_fashion_mnist_dir();
 
 // (x - mean) / stddev, elementwise; throws a minidl::Error when stddev <= 0 (or is not finite).
