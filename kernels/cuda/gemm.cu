@@ -24,17 +24,25 @@
 //     zero-fills the rest, so the inner loop never branches and padding adds 0·0 terms only.
 //   - Epilogue: + bias[j], ReLU, and a guarded store (float4 when C allows, scalar otherwise).
 //
-// Tile configurations, picked by native_gemm_tile (the heuristic: the largest tile that still
-// gives at least one block per multiprocessor, so small problems are not left to a few SMs):
+// Tile configurations, picked by native_gemm_plan. Heuristic on the tile count of C (M·N): the
+// largest tile that still gives at least one block per multiprocessor, else the smallest:
 //   Large  128×128×8,  256 threads = 8 warps (2×4) of 64×32, 8×8 outputs per thread
 //   Medium  64×64×16,  128 threads = 4 warps (2×2) of 32×32, 4×8 outputs per thread
 //   Small   32×32×16,   64 threads = 2 warps (1×2) of 32×16, 4×4 outputs per thread
 // e.g. 4096² → Large (1024 tiles); 1024² → Medium (256 tiles); the MLP's 128×256, 128×128 and
 // 128×10 → Small (32, 16 and 4 tiles). Shared memory (two buffers): 16.5, 17 and 9 KiB.
 //
-// Determinism: every output is one thread's sequential sum over k in a fixed order.
+// Split K: when even the small tile fills at most half the multiprocessors and K >= 2·128, K is
+// cut into S = min(ceil(SMs / tiles), K / 128, 16) slices (each a multiple of BK, at least 128
+// long): grid.y = S, slice s writes its partial product to workspace [S, M, N], and
+// splitk_reduce_kernel adds the S partials in order, then bias and ReLU. The MLP's 128×256×784
+// becomes 5 slices of 160 (160 blocks instead of 32).
+//
+// Determinism: every output (or partial) is one thread's sequential sum over k in a fixed order,
+// and the split count depends only on the shape and the device's multiprocessor count.
 #include "kernels/cuda/gemm.cuh"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -81,7 +89,9 @@ struct SgemmArgs {
   const float* bias = nullptr;
   int64_t lda = 0, ldb = 0, ldc = 0;
   int m = 0, n = 0, k = 0;
-  int tiles_m = 0;  // blocks along M; block b computes tile (b % tiles_m, b / tiles_m)
+  int tiles_m = 0;  // blocks along M; block x computes tile (x % tiles_m, x / tiles_m)
+  int k_split = 0;  // K values per slice; block y takes k in [y·k_split, min(K, (y+1)·k_split))
+  int64_t split_stride = 0;  // elements between the outputs of consecutive slices (0: one slice)
   bool relu = false;
   bool vec_a = false, vec_b = false, vec_c = false;  // float4 global access allowed
 };
@@ -161,6 +171,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
   const int tile_n = static_cast<int>(blockIdx.x / static_cast<unsigned>(args.tiles_m));
   const int m0 = tile_m * BM, n0 = tile_n * BN;  // block tile origin in C
   const int m_left = args.m - m0, n_left = args.n - n0;
+  const int k_begin = static_cast<int>(blockIdx.y) * args.k_split;  // this block's slice of K
+  const int k_len = min(args.k - k_begin, args.k_split);
+  float* const c = args.c + blockIdx.y * args.split_stride;  // C, or this slice's partial
 
   // Which outputs this thread owns: warp tile (warp_m, warp_n), lane (lane_m, lane_n) in each
   // 32×16 sub-tile; local row of accumulator i·4 + r is warp_m·WM + i·SUB_M + lane_m·4 + r.
@@ -170,10 +183,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
   const int row_base = warp_m * Cfg::WM + lane_m * 4;  // + i·SUB_M + r
   const int col_base = warp_n * Cfg::WN + lane_n * 4;  // + j·SUB_N + q
 
-  // Slice origins at k = 0 and their step per K tile: A [M, K] (or Aᵀ stored [K, M]), B [K, N]
-  // (or Bᵀ stored [N, K]).
-  const float* a_slice = TRANS_A ? args.a + m0 : args.a + static_cast<int64_t>(m0) * args.lda;
-  const float* b_slice = TRANS_B ? args.b + static_cast<int64_t>(n0) * args.ldb : args.b + n0;
+  // Slice origins at k = k_begin and their step per K tile: A [M, K] (or Aᵀ stored [K, M]),
+  // B [K, N] (or Bᵀ stored [N, K]).
+  const float* a_slice = TRANS_A ? args.a + static_cast<int64_t>(k_begin) * args.lda + m0
+                                 : args.a + static_cast<int64_t>(m0) * args.lda + k_begin;
+  const float* b_slice = TRANS_B ? args.b + static_cast<int64_t>(n0) * args.ldb + k_begin
+                                 : args.b + static_cast<int64_t>(k_begin) * args.ldb + n0;
   const int64_t a_step = TRANS_A ? BK * args.lda : BK;
   const int64_t b_step = TRANS_B ? BK : BK * args.ldb;
 
@@ -186,9 +201,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-  const int k_tiles = (args.k + BK - 1) / BK;
-  a_tile.load(a_slice, args.lda, m_left, args.k, args.vec_a, tid);
-  b_tile.load(b_slice, args.ldb, n_left, args.k, args.vec_b, tid);
+  const int k_tiles = (k_len + BK - 1) / BK;
+  a_tile.load(a_slice, args.lda, m_left, k_len, args.vec_a, tid);
+  b_tile.load(b_slice, args.ldb, n_left, k_len, args.vec_b, tid);
   a_tile.store(a_smem[0], tid);
   b_tile.store(b_smem[0], tid);
   __syncthreads();
@@ -199,7 +214,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
     if (has_next) {  // next K step into registers; its latency hides behind the math below
       a_slice += a_step;
       b_slice += b_step;
-      const int k_left = args.k - (t + 1) * BK;
+      const int k_left = k_len - (t + 1) * BK;
       a_tile.load(a_slice, args.lda, m_left, k_left, args.vec_a, tid);
       b_tile.load(b_slice, args.ldb, n_left, k_left, args.vec_b, tid);
     }
@@ -259,7 +274,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
           o[q] = acc[i * 4 + r][j * 4 + q] + bias4[q];
           if (args.relu && o[q] < 0.0f) o[q] = 0.0f;
         }
-        float* out = args.c + static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);
+        float* out = c + static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);
         if (args.vec_c && col + 3 < n_left) {
           *reinterpret_cast<float4*>(out) = make_float4(o[0], o[1], o[2], o[3]);
         } else {
@@ -272,39 +287,80 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
   }
 }
 
+// C[i, j] = act(Σ_s partial[s, i, j] + bias[j]) for partial [splits, M, N]: the split-K sum, in
+// slice order. Grid-stride over the M·N outputs; consecutive threads take consecutive j.
+__global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t splits, int64_t m, int64_t n,
+                                     float* __restrict__ c, int64_t ldc, const float* __restrict__ bias, bool relu) {
+  const int64_t total = m * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx % n;
+    float v = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) v += partial[s * total + idx];
+    if (bias != nullptr) v += bias[j];
+    if (relu && v < 0.0f) v = 0.0f;
+    c[i * ldc + j] = v;
+  }
+}
+
 // ---- launchers ----
+
+constexpr int kReduceThreads = 256;
+constexpr int64_t kMinSplitK = 128;  // shortest K slice worth a block's prologue and epilogue
+constexpr int64_t kMaxSplits = 16;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+template <class Cfg>
+int64_t tiles_of(int64_t m, int64_t n) {
+  return ceil_div(m, Cfg::BM) * ceil_div(n, Cfg::BN);
+}
+
 template <class Cfg, bool TRANS_A, bool TRANS_B>
-void launch_sgemm(SgemmArgs args, cudaStream_t stream) {
-  const int64_t tiles_m = ceil_div(args.m, Cfg::BM), tiles_n = ceil_div(args.n, Cfg::BN);
-  const int64_t blocks = tiles_m * tiles_n;
+void launch_sgemm(SgemmArgs args, int64_t splits, cudaStream_t stream) {
+  const int64_t tiles_m = ceil_div(args.m, Cfg::BM);
+  const int64_t blocks = tiles_of<Cfg>(args.m, args.n);
   MINIDL_CHECK(blocks <= INT32_MAX, "native_sgemm: ", args.m, "x", args.n, " needs ", blocks,
                " thread blocks of ", Cfg::BM, "x", Cfg::BN, ", more than a grid holds");
   args.tiles_m = static_cast<int>(tiles_m);
-  sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B><<<static_cast<unsigned>(blocks), Cfg::THREADS, 0, stream>>>(args);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
+  sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B><<<grid, Cfg::THREADS, 0, stream>>>(args);
   MINIDL_LAUNCH_CHECK();
 }
 
 template <class Cfg>
-void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, cudaStream_t stream) {
+void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, int64_t splits, cudaStream_t stream) {
   if (trans_a) {
-    if (trans_b) launch_sgemm<Cfg, true, true>(args, stream);
-    else launch_sgemm<Cfg, true, false>(args, stream);
+    if (trans_b) launch_sgemm<Cfg, true, true>(args, splits, stream);
+    else launch_sgemm<Cfg, true, false>(args, splits, stream);
   } else {
-    if (trans_b) launch_sgemm<Cfg, false, true>(args, stream);
-    else launch_sgemm<Cfg, false, false>(args, stream);
+    if (trans_b) launch_sgemm<Cfg, false, true>(args, splits, stream);
+    else launch_sgemm<Cfg, false, false>(args, splits, stream);
   }
 }
 
 }  // namespace
 
-GemmTile native_gemm_tile(int64_t m, int64_t n, int sm_count) {
+NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count) {
   const int64_t sms = sm_count > 0 ? sm_count : 1;
-  if (ceil_div(m, LargeTile::BM) * ceil_div(n, LargeTile::BN) >= sms) return GemmTile::Large128x128;
-  if (ceil_div(m, MediumTile::BM) * ceil_div(n, MediumTile::BN) >= sms) return GemmTile::Medium64x64;
-  return GemmTile::Small32x32;
+  NativeGemmPlan plan;
+  plan.m = m;
+  plan.n = n;
+  plan.k_split = k;
+  if (tiles_of<LargeTile>(m, n) >= sms) {
+    plan.tile = GemmTile::Large128x128;
+  } else if (tiles_of<MediumTile>(m, n) >= sms) {
+    plan.tile = GemmTile::Medium64x64;
+  } else {
+    plan.tile = GemmTile::Small32x32;
+    const int64_t tiles = tiles_of<SmallTile>(m, n);
+    if (2 * tiles <= sms && k >= 2 * kMinSplitK) {
+      const int64_t wanted = std::min({ceil_div(sms, tiles), k / kMinSplitK, kMaxSplits});
+      plan.k_split = ceil_div(ceil_div(k, wanted), SmallTile::BK) * SmallTile::BK;
+      plan.splits = ceil_div(k, plan.k_split);  // <= wanted; every slice non-empty
+    }
+  }
+  return plan;
 }
 
 const char* gemm_tile_name(GemmTile tile) {
@@ -316,7 +372,7 @@ const char* gemm_tile_name(GemmTile tile) {
   return "?";
 }
 
-void native_sgemm(const GemmProblem& p, int sm_count, cudaStream_t stream) {
+void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream) {
   MINIDL_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1, "native_sgemm: M, N, K must be >= 1 (got ", p.m, ", ", p.n, ", ",
                p.k, "); empty products are handled by the caller");
   MINIDL_CHECK(p.m <= kMaxGemmDim && p.n <= kMaxGemmDim && p.k <= kMaxGemmDim, "native_sgemm: M, N, K = ", p.m,
@@ -340,10 +396,28 @@ void native_sgemm(const GemmProblem& p, int sm_count, cudaStream_t stream) {
   args.vec_a = aligned16(p.a) && p.lda % 4 == 0;
   args.vec_b = aligned16(p.b) && p.ldb % 4 == 0;
   args.vec_c = aligned16(p.c) && p.ldc % 4 == 0;
-  switch (native_gemm_tile(p.m, p.n, sm_count)) {
-    case GemmTile::Large128x128: launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, stream); break;
-    case GemmTile::Medium64x64: launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, stream); break;
-    case GemmTile::Small32x32: launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, stream); break;
+  const NativeGemmPlan plan = native_gemm_plan(p.m, p.n, p.k, sm_count);
+  args.k_split = static_cast<int>(plan.k_split);
+  if (plan.splits > 1) {  // slices write partials [splits, M, N]; bias and ReLU wait for their sum
+    MINIDL_CHECK(workspace != nullptr, "native_sgemm: ", p.m, "x", p.n, "x", p.k, " splits K ", plan.splits,
+                 " ways and needs a workspace of ", plan.workspace_floats(), " floats");
+    args.c = workspace;
+    args.ldc = p.n;
+    args.bias = nullptr;
+    args.relu = false;
+    args.vec_c = aligned16(workspace) && p.n % 4 == 0;
+    args.split_stride = p.m * p.n;
+  }
+  switch (plan.tile) {
+    case GemmTile::Large128x128: launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+    case GemmTile::Medium64x64: launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+    case GemmTile::Small32x32: launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+  }
+  if (plan.splits > 1) {
+    const unsigned blocks = grid_for(p.m * p.n, kReduceThreads, sm_count);
+    splitk_reduce_kernel<<<blocks, kReduceThreads, 0, stream>>>(workspace, plan.splits, p.m, p.n, p.c, p.ldc, p.bias,
+                                                                p.relu);
+    MINIDL_LAUNCH_CHECK();
   }
 }
 

@@ -1,6 +1,7 @@
 // matmul and linear forward/backward of the CUDA backend: every product is one GemmProblem
-// (gemm.cuh) run by the hand-written kernel (gemm.cu) or by cuBLAS (cublas_gemm.cu), as
-// minidl::gemm_impl() says at the time of the call. Transposes are flags, never copies.
+// (gemm.cuh) run by the hand-written kernel (gemm.cu, with a workspace when it splits K) or by
+// cuBLAS (cublas_gemm.cu), as minidl::gemm_impl() says at the time of the call. Transposes are
+// flags, never copies.
 //
 //   matmul:   C[M, N] = op(A) · op(B)
 //   forward:  y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M])   — B = W read transposed, bias/ReLU fused
@@ -77,8 +78,15 @@ void run_gemm(CudaBackend& be, const GemmProblem& p) {
     bias_activation(p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/false, be.stream());
     return;
   }
-  if (gemm_impl() == GemmImpl::Cublas) cublas_sgemm(p, be.cublas(), be.stream());
-  else native_sgemm(p, be.multiprocessor_count(), be.stream());
+  if (gemm_impl() == GemmImpl::Cublas) {
+    cublas_sgemm(p, be.cublas(), be.stream());
+    return;
+  }
+  // A split-K plan needs room for its partial products; freed on return and reusable at once,
+  // since everything is queued on the one stream (caching_allocator.h, stream-aware frees).
+  const int64_t floats = native_gemm_plan(p.m, p.n, p.k, be.multiprocessor_count()).workspace_floats();
+  const Tensor workspace = floats > 0 ? empty(Shape{floats}, TensorOptions(DType::Float32, be.device())) : Tensor();
+  native_sgemm(p, be.multiprocessor_count(), floats > 0 ? workspace.data<float>() : nullptr, be.stream());
 }
 
 void column_sum(CudaBackend& be, const Tensor& dy, Tensor& out) {
@@ -91,7 +99,7 @@ void column_sum(CudaBackend& be, const Tensor& dy, Tensor& out) {
   }
   const int64_t chunks = ceil_div(rows, kChunkRows);
   // One chunk writes the answer directly; more go through a workspace on this device (freed on
-  // return, reusable at once: everything is queued on the one stream, caching_allocator.h).
+  // return and reusable at once, as in run_gemm).
   Tensor workspace = chunks > 1 ? empty(Shape{chunks, cols}, TensorOptions(DType::Float32, be.device())) : Tensor();
   float* partial = chunks > 1 ? workspace.data<float>() : dst;
   const dim3 block(kSumCols, kSumRowLanes);

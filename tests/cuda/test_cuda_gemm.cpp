@@ -48,7 +48,8 @@ struct GemmShape {
 };
 // Tile-unfriendly shapes, the MLP's (batch 128, 784-256-128-10), K not a multiple of any BK, and
 // two big enough that the native kernel takes its medium (600x900: 150 tiles of 64) and large
-// (1537x1400: 143 tiles of 128) configurations on a 132-SM H200; the rest take the small tile.
+// (1537x1400: 143 tiles of 128) configurations on a 132-SM H200; the rest take the small tile,
+// and 1000x1x999, 257x31x1000 and 128x256x784 also split K (5, 7 and 5 slices, gemm.cu).
 const GemmShape kShapes[] = {{1, 1, 1},       {17, 33, 65},    {1000, 1, 999},  {128, 784, 256}, {128, 128, 10},
                              {257, 31, 1000}, {128, 256, 784}, {128, 10, 128},  {5, 300, 9},     {600, 900, 130},
                              {1537, 1400, 67}};
@@ -151,7 +152,8 @@ TEST_CASE("cuda matmul reads misaligned operands and writes a misaligned output 
           "[cuda][gemm]") {
   // Leading dimensions that are multiples of 4 would allow float4 loads, but each tensor starts
   // one float into its storage (4-byte, not 16-byte, aligned): the kernel must notice and fall back.
-  const GemmShape shapes[] = {{130, 260, 64}, {600, 900, 132}, {1537, 1400, 68}};
+  // Small, medium and large tiles on an H200, and a small one that splits K (200x40x1000: 7 slices).
+  const GemmShape shapes[] = {{130, 260, 64}, {600, 900, 132}, {1537, 1400, 68}, {200, 40, 1000}};
   uint64_t seed = 300;
   for (const GemmShape& s : shapes) {
     for (int variant = 0; variant < 4; ++variant) {
