@@ -1,0 +1,359 @@
+// Elementwise kernels of the CUDA backend (float32; equal also compares int64).
+//   binary:        out[i] = a[i] op b[i], op in {+, -, *, /}, over out's shape (contiguous);
+//                  a and b are views of out's shape with any strides (0 along broadcast dims).
+//   relu_forward:  y = x > 0 ? x : 0                  (x, y contiguous [n])
+//   relu_backward: dx = y > 0 ? dy : 0                (y is the forward output)
+//   equal:         out = (a == b) ? 1 : 0 as float32  (a, b contiguous, same dtype)
+// Strategy: these kernels move bytes and do almost no math, so they are written to keep the
+// memory system busy. The contiguous cases go through one grid-stride "map" kernel that reads
+// and writes 16-byte float4s, four per thread per trip (many loads in flight per SM), with a
+// scalar head and tail so that any size and any 4-byte-aligned start is handled (Note [vector
+// alignment]). binary picks the map kernel when both inputs are contiguous, a variant that keeps
+// the scalar in a register when one input is a broadcast single element (x * 0.5, 1 - x), and a
+// strided kernel otherwise: the host first drops size-1 dims and merges dims that are
+// contiguous in both inputs (a bias row over [N, C] becomes rank 2), then each thread unravels
+// its output index into two input offsets, in 32-bit arithmetic whenever every index fits.
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+
+namespace minidl::cuda {
+
+namespace {
+
+constexpr int kMapThreads = 256;
+constexpr int kMapUnroll = 4;  // float4s per thread per grid-stride trip
+
+// Note [vector alignment]: a float4 access needs a 16-byte-aligned address. Tensors start
+// 64-byte aligned, but a view (narrow, split) can start at any element, so the launcher peels
+// `head` scalar elements until the output is aligned, and vectorises the body only if every
+// input is then aligned too (same phase); otherwise head = n and the whole range runs scalar.
+struct VectorSplit {
+  int64_t head = 0;     // scalar elements [0, head)
+  int64_t vectors = 0;  // float4s over [head, head + 4 * vectors); the scalar tail follows
+};
+
+template <int kInputs>
+VectorSplit split_for_vectors(int64_t n, const float* out, const float* in0, const float* in1) {
+  const auto addr = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+  VectorSplit s;
+  if ((addr(out) & 3) != 0) {  // not even float-aligned: never vectorise
+    s.head = n;
+    return s;
+  }
+  int64_t head = static_cast<int64_t>(((16 - (addr(out) & 15)) & 15) / sizeof(float));
+  if (head > n) head = n;
+  bool aligned = ((addr(in0) + static_cast<uintptr_t>(head) * sizeof(float)) & 15) == 0;
+  if (kInputs == 2) aligned = aligned && ((addr(in1) + static_cast<uintptr_t>(head) * sizeof(float)) & 15) == 0;
+  if (!aligned) {
+    s.head = n;
+    return s;
+  }
+  s.head = head;
+  s.vectors = (n - head) / 4;
+  return s;
+}
+
+// ---- functors ----
+
+template <BinaryOp kOp>
+struct BinaryFn {
+  __device__ float operator()(float x, float y) const {
+    if constexpr (kOp == BinaryOp::Add) return x + y;
+    else if constexpr (kOp == BinaryOp::Sub) return x - y;
+    else if constexpr (kOp == BinaryOp::Mul) return x * y;
+    else return x / y;
+  }
+  __device__ BinaryFn bind() const { return *this; }
+};
+
+// op(a, s) or op(s, b) where s is one element in device memory: bind() reads it once per
+// thread, so the loop body does not reload it (out may alias the other input, which would
+// otherwise force a reload after every store).
+template <BinaryOp kOp, bool kScalarLeft>
+struct ScalarBound {
+  float s;
+  __device__ float operator()(float v) const { return kScalarLeft ? BinaryFn<kOp>{}(s, v) : BinaryFn<kOp>{}(v, s); }
+};
+
+template <BinaryOp kOp, bool kScalarLeft>
+struct ScalarFn {
+  const float* scalar;
+  __device__ ScalarBound<kOp, kScalarLeft> bind() const { return {*scalar}; }
+};
+
+// Same comparison as the CPU (x > 0 ? x : 0): NaN and -0 map to +0.
+struct ReluFn {
+  __device__ float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
+  __device__ ReluFn bind() const { return *this; }
+};
+
+struct ReluGradFn {  // (dy, y)
+  __device__ float operator()(float dy, float y) const { return y > 0.0f ? dy : 0.0f; }
+  __device__ ReluGradFn bind() const { return *this; }
+};
+
+template <int kInputs, class G>
+__device__ inline float apply(const G& g, float a, float b) {
+  if constexpr (kInputs == 1) {
+    (void)b;
+    return g(a);
+  } else {
+    return g(a, b);
+  }
+}
+
+template <int kInputs, class G>
+__device__ inline float4 apply4(const G& g, float4 a, float4 b) {
+  return make_float4(apply<kInputs>(g, a.x, b.x), apply<kInputs>(g, a.y, b.y), apply<kInputs>(g, a.z, b.z),
+                     apply<kInputs>(g, a.w, b.w));
+}
+
+// ---- kernels ----
+
+// out[i] = f(in0[i] [, in1[i]]) for i < n: float4 body per the VectorSplit, scalar head/tail.
+// No __restrict__: binary may run in place (out == in0), which the op layer does for the mean.
+template <int kInputs, class F>
+__global__ void __launch_bounds__(kMapThreads)
+    map_kernel(F f, float* out, const float* in0, const float* in1, int64_t n, VectorSplit split) {
+  const auto g = f.bind();
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+
+  const float4* a4 = reinterpret_cast<const float4*>(in0 + split.head);  // [vectors] float4
+  const float4* b4 = reinterpret_cast<const float4*>((kInputs == 2 ? in1 : in0) + split.head);
+  float4* o4 = reinterpret_cast<float4*>(out + split.head);
+  for (int64_t v = tid; v < split.vectors; v += stride * kMapUnroll) {
+    float4 a[kMapUnroll], b[kMapUnroll];
+    // All loads of the trip first, then the stores: kMapUnroll independent 16-byte loads in flight.
+#pragma unroll
+    for (int u = 0; u < kMapUnroll; ++u) {
+      const int64_t k = v + u * stride;
+      if (k < split.vectors) {
+        a[u] = a4[k];
+        if constexpr (kInputs == 2) b[u] = b4[k];
+        else b[u] = a[u];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMapUnroll; ++u) {
+      const int64_t k = v + u * stride;
+      if (k < split.vectors) o4[k] = apply4<kInputs>(g, a[u], b[u]);
+    }
+  }
+  for (int64_t i = tid; i < split.head; i += stride)
+    out[i] = apply<kInputs>(g, in0[i], kInputs == 2 ? in1[i] : 0.0f);
+  for (int64_t i = split.head + 4 * split.vectors + tid; i < n; i += stride)
+    out[i] = apply<kInputs>(g, in0[i], kInputs == 2 ? in1[i] : 0.0f);
+}
+
+// The geometry of a strided binary op after collapsing (see collapse_geometry): out is
+// contiguous over `size`, a and b are read at Σ index_d · stride_x[d]. Passed by value.
+struct StridedGeometry {
+  int rank = 0;
+  int64_t size[Shape::kMaxRank] = {};
+  int64_t stride_a[Shape::kMaxRank] = {};
+  int64_t stride_b[Shape::kMaxRank] = {};
+};
+
+// One output element per thread (grid-stride): unravel i over the collapsed dims, innermost
+// first. Index is int32_t when every index and offset fits (integer division is much cheaper).
+template <typename Index, BinaryOp kOp>
+__global__ void __launch_bounds__(kMapThreads)
+    binary_strided_kernel(StridedGeometry geo, const float* a, const float* b, float* out, int64_t n) {
+  const BinaryFn<kOp> op;
+  const Index stride = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < static_cast<Index>(n); i += stride) {
+    Index rem = i, oa = 0, ob = 0;
+#pragma unroll
+    for (int d = Shape::kMaxRank - 1; d >= 1; --d) {
+      if (d < geo.rank) {
+        const Index size = static_cast<Index>(geo.size[d]);
+        const Index c = rem % size;
+        rem /= size;
+        oa += c * static_cast<Index>(geo.stride_a[d]);
+        ob += c * static_cast<Index>(geo.stride_b[d]);
+      }
+    }
+    oa += rem * static_cast<Index>(geo.stride_a[0]);
+    ob += rem * static_cast<Index>(geo.stride_b[0]);
+    out[i] = op(a[oa], b[ob]);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMapThreads)
+    equal_kernel(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = a[i] == b[i] ? 1.0f : 0.0f;
+}
+
+// ---- host helpers ----
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+  }
+  return "binary";
+}
+
+template <int kInputs, class F>
+void launch_map(const CudaBackend& be, F f, float* out, const float* in0, const float* in1, int64_t n) {
+  const VectorSplit split = split_for_vectors<kInputs>(n, out, in0, in1);
+  // Threads needed: one per kMapUnroll float4s of the body, or one per element when scalar.
+  const int64_t work = split.vectors > 0 ? ceil_div(split.vectors, kMapUnroll) : n;
+  const unsigned blocks = grid_for(work, kMapThreads, be.multiprocessor_count());
+  map_kernel<kInputs><<<blocks, kMapThreads, 0, be.stream()>>>(f, out, in0, in1, n, split);
+  MINIDL_LAUNCH_CHECK();
+}
+
+// True when t reads one element for every index (all strides of non-trivial dims are 0).
+bool is_broadcast_scalar(const Tensor& t) {
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.shape()[d] != 1 && t.strides()[d] != 0) return false;
+  return true;
+}
+
+// Drops size-1 dims and merges dim d into d+1 when both inputs step through them as one dim
+// (stride[d] == stride[d+1] * size[d+1] for a and for b); the row-major order of out's index
+// is unchanged, so out stays contiguous over the collapsed sizes.
+StridedGeometry collapse_geometry(const Shape& shape, const Shape& sa, const Shape& sb) {
+  StridedGeometry g;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    if (g.rank > 0) {
+      const int last = g.rank - 1;
+      // Merging the new (inner) dim d into the previous kept dim `last`.
+      if (g.stride_a[last] == sa[d] * shape[d] && g.stride_b[last] == sb[d] * shape[d]) {
+        g.size[last] *= shape[d];
+        g.stride_a[last] = sa[d];
+        g.stride_b[last] = sb[d];
+        continue;
+      }
+    }
+    g.size[g.rank] = shape[d];
+    g.stride_a[g.rank] = sa[d];
+    g.stride_b[g.rank] = sb[d];
+    ++g.rank;
+  }
+  if (g.rank == 0) {  // every dim has size 1: one element
+    g.rank = 1;
+    g.size[0] = 1;
+  }
+  return g;
+}
+
+// Whether every linear index and every input offset of geo fits comfortably in int32.
+bool fits_int32(const StridedGeometry& g, int64_t n) {
+  constexpr int64_t kLimit = int64_t{1} << 30;  // headroom: i + grid stride must not overflow
+  if (n >= kLimit) return false;
+  int64_t max_a = 0, max_b = 0;
+  for (int d = 0; d < g.rank; ++d) {
+    if (g.stride_a[d] < 0 || g.stride_b[d] < 0) return false;
+    max_a += (g.size[d] - 1) * g.stride_a[d];
+    max_b += (g.size[d] - 1) * g.stride_b[d];
+    if (max_a >= kLimit || max_b >= kLimit) return false;
+  }
+  return true;
+}
+
+template <BinaryOp kOp>
+void binary_typed(const CudaBackend& be, const Tensor& a, const Tensor& b, Tensor& out) {
+  const int64_t n = out.numel();
+  const float* pa = static_cast<const float*>(a.raw_data());
+  const float* pb = static_cast<const float*>(b.raw_data());
+  float* po = static_cast<float*>(out.raw_data());
+  const bool a_contig = a.is_contiguous(), b_contig = b.is_contiguous();
+  if (a_contig && b_contig) {
+    launch_map<2>(be, BinaryFn<kOp>{}, po, pa, pb, n);
+    return;
+  }
+  if (a_contig && is_broadcast_scalar(b)) {
+    launch_map<1>(be, ScalarFn<kOp, false>{pb}, po, pa, nullptr, n);
+    return;
+  }
+  if (b_contig && is_broadcast_scalar(a)) {
+    launch_map<1>(be, ScalarFn<kOp, true>{pa}, po, pb, nullptr, n);
+    return;
+  }
+  const StridedGeometry geo = collapse_geometry(out.shape(), a.strides(), b.strides());
+  const unsigned blocks = grid_for(n, kMapThreads, be.multiprocessor_count());
+  if (fits_int32(geo, n)) {
+    binary_strided_kernel<int32_t, kOp><<<blocks, kMapThreads, 0, be.stream()>>>(geo, pa, pb, po, n);
+    MINIDL_LAUNCH_CHECK();
+  } else {
+    binary_strided_kernel<int64_t, kOp><<<blocks, kMapThreads, 0, be.stream()>>>(geo, pa, pb, po, n);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  DeviceGuard guard(device_index());
+  const char* name = binary_name(op);
+  require_float32(a, name, "a");
+  require_float32(b, name, "b");
+  require_float32(out, name, "out");
+  MINIDL_CHECK(out.is_contiguous(), name, ": the output must be contiguous, got shape ", out.shape(), " with strides ",
+               out.strides());
+  MINIDL_CHECK(a.shape() == out.shape() && b.shape() == out.shape(), name, ": inputs ", a.shape(), " and ", b.shape(),
+               " must already be expanded to the output shape ", out.shape());
+  if (out.numel() == 0) return;
+  switch (op) {
+    case BinaryOp::Add: binary_typed<BinaryOp::Add>(*this, a, b, out); break;
+    case BinaryOp::Sub: binary_typed<BinaryOp::Sub>(*this, a, b, out); break;
+    case BinaryOp::Mul: binary_typed<BinaryOp::Mul>(*this, a, b, out); break;
+    case BinaryOp::Div: binary_typed<BinaryOp::Div>(*this, a, b, out); break;
+  }
+}
+
+void CudaBackend::relu_forward(const Tensor& x, Tensor& y) {
+  DeviceGuard guard(device_index());
+  require_float32(x, "relu_forward", "x");
+  require_float32(y, "relu_forward", "y");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  launch_map<1>(*this, ReluFn{}, y.data<float>(), x.data<float>(), nullptr, n);
+}
+
+void CudaBackend::relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  DeviceGuard guard(device_index());
+  require_float32(dy, "relu_backward", "dy");
+  require_float32(y, "relu_backward", "y");
+  require_float32(dx, "relu_backward", "dx");
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  launch_map<2>(*this, ReluGradFn{}, dx.data<float>(), dy.data<float>(), y.data<float>(), n);
+}
+
+void CudaBackend::equal(const Tensor& a, const Tensor& b, Tensor& out) {
+  DeviceGuard guard(device_index());
+  MINIDL_CHECK(a.dtype() == b.dtype(), "eq: dtypes differ (", a.dtype(), " and ", b.dtype(), ")");
+  MINIDL_CHECK(a.dtype() == DType::Float32 || a.dtype() == DType::Int64, "eq: CUDA compares float32 or int64, got ",
+               a.dtype(), " with shape ", a.shape(), " on ", a.device());
+  require_float32(out, "eq", "out");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const unsigned blocks = grid_for(n, kMapThreads, multiprocessor_count());
+  if (a.dtype() == DType::Float32) {
+    equal_kernel<float><<<blocks, kMapThreads, 0, stream()>>>(a.data<float>(), b.data<float>(), out.data<float>(), n);
+    MINIDL_LAUNCH_CHECK();
+  } else {
+    equal_kernel<int64_t>
+        <<<blocks, kMapThreads, 0, stream()>>>(a.data<int64_t>(), b.data<int64_t>(), out.data<float>(), n);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace minidl::cuda
