@@ -22,7 +22,10 @@ std::shared_ptr<GradientReducer> GradientReducer::create(std::vector<std::vector
                                                          size_t bucket_cap_bytes) {
   std::shared_ptr<GradientReducer> reducer(
       new GradientReducer(std::move(replica_params), std::move(communicator), bucket_cap_bytes));
-  reducer->register_hooks();
+  // Note [one participant]: with a single device in a single process, the all-reduce is the
+  // identity and replica 0's gradients are already the result: no hooks, no buffers, no copies,
+  // so DataParallel over one device costs what the plain model costs.
+  if (reducer->communicator_->world_size() > 1) reducer->register_hooks();
   return reducer;
 }
 
@@ -58,7 +61,7 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> replica_params
       offset_of_[buckets_[b].params[i]] = buckets_[b].offsets[i];
     }
     DeviceTensors flat;
-    for (int r = 0; r < replicas; ++r)
+    for (int r = 0; r < replicas && world > 1; ++r)  // Note [one participant]
       flat.push_back(zeros(Shape{buckets_[b].numel}, TensorOptions(buckets_[b].dtype, communicator_->devices()[r])));
     flat_.push_back(std::move(flat));
   }

@@ -6,7 +6,8 @@
 // end-of-backward callback (autograd::queue_callback) that launches what never completed
 // (parameters that got no gradient), waits for every bucket, and writes the reduced gradients
 // into replica 0's .grad — so when loss.backward() returns, the wrapped model holds the
-// full-batch gradient and optimizer.step() needs nothing else.
+// full-batch gradient and optimizer.step() needs nothing else. With one participant in all
+// (one device, one process) it does nothing at all: replica 0's gradients are the result.
 #pragma once
 
 #include <cstddef>

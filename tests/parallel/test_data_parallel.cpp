@@ -149,7 +149,8 @@ TEST_CASE("DataParallel over 1 to 4 CPU replicas trains like one device for 20 S
     CHECK(worst_loss < 1e-5);
     CHECK(max_param_diff(*reference, *model) < 1e-5);
     CHECK(last_loss < first_loss);  // it did train
-    CHECK(dp.last_gradient_sync().buckets == 1);  // 25 MiB holds this model
+    // 25 MiB holds this model; one replica has nothing to reduce (Note [one participant]).
+    CHECK(dp.last_gradient_sync().buckets == (n == 1 ? 0 : 1));
   }
 }
 
