@@ -133,12 +133,12 @@ TEST_CASE("relu forward and backward on the device match the CPU for any size an
     if (n == 0) continue;
     Tensor xc = x.clone().requires_grad_();
     ops::relu(xc).backward(g);
-    Tensor xg = x.to(kGpu).requires_grad_();
+    Tensor xg = x.to(kGpu).detach().requires_grad_();
     ops::relu(xg).backward(g.to(kGpu));
     check_equal(xg.grad(), xc.grad(), "relu backward");
     // The input and the upstream gradient start 4 bytes past alignment: scalar fallback.
     check_equal(ops::relu(unaligned_gpu(x)), yc, "relu forward of an unaligned view");
-    Tensor xu = x.to(kGpu).requires_grad_();
+    Tensor xu = x.to(kGpu).detach().requires_grad_();
     ops::relu(xu).backward(unaligned_gpu(g));
     check_equal(xu.grad(), xc.grad(), "relu backward with an unaligned gradient");
   }

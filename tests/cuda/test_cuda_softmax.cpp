@@ -15,10 +15,11 @@ using namespace minidl::cuda_test;
 namespace {
 
 // Column counts that reach every kernel variant: warp per row (1..1024, each register width),
-// block per row with scalar loads (1025, 32771/131071: cols % 4 != 0), float4 with the register
+// block per row with scalar loads (1025, 131071: cols % 4 != 0), float4 with the register
 // cache of 2, 4 and 8 float4 per thread (1028, 4096, 16384, 20000, 32768), and float4 streaming
 // (32772, 131072).
-const int64_t kCols[] = {1, 2, 10, 31, 33, 100, 1000, 1024, 1025, 1028, 4096, 16384, 20000, 32768, 32772, 131071, 131072};
+const int64_t kCols[] = {1,    2,     10,    31,    33,    100,   1000,   1024,  1025,
+                         1028, 4096, 16384, 20000, 32768, 32772, 131071, 131072};
 
 // Few rows for the widest rows: the CPU float64 reference stays fast.
 std::vector<int64_t> row_counts(int64_t cols) {
@@ -79,7 +80,7 @@ TEST_CASE("log_softmax and softmax backward on the device match float64", "[cuda
       for (bool log : {true, false}) {
         Tensor xr = x.to(DType::Float64).requires_grad_();
         (log ? ops::log_softmax(xr, 1) : ops::softmax(xr, 1)).backward(g.to(DType::Float64));
-        Tensor xg = x.to(kGpu).requires_grad_();
+        Tensor xg = x.to(kGpu).detach().requires_grad_();
         (log ? ops::log_softmax(xg, 1) : ops::softmax(xg, 1)).backward(g.to(kGpu));
         // log_softmax: dx = dy - p·Σdy, O(1) values with ~eps·|dy| error: 1e-5 absolute + relative.
         // softmax: dx = p·(dy - Σ dy·p) cancels where dy ≈ Σ dy·p, so its absolute part scales with
@@ -116,7 +117,7 @@ TEST_CASE("softmax of rows that start off a 16-byte boundary matches the CPU", "
     // Backward with an unaligned upstream gradient (dy) and an aligned forward output (y).
     Tensor xr = x.to(DType::Float64).requires_grad_();
     ops::log_softmax(xr, 1).backward(g.to(DType::Float64));
-    Tensor xg = x.to(kGpu).requires_grad_();
+    Tensor xg = x.to(kGpu).detach().requires_grad_();
     ops::log_softmax(xg, 1).backward(unaligned_gpu(g));
     check_close(xg.grad(), xr.grad(), 1e-5, 1e-5, "log_softmax backward, unaligned dy");
     // Cross-entropy over unaligned logits.
@@ -137,8 +138,10 @@ TEST_CASE("masked (-inf) logits get zero probability on the device, as on the CP
     const std::vector<double> noise =
         random_cpu({2 * cols}, 4001 + static_cast<uint64_t>(cols)).to(DType::Float64).to_vector<double>();
     for (int64_t r = 0; r < 2; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        v[static_cast<size_t>(r * cols + c)] = (c == 0 || c % 97 == 0) ? noise[static_cast<size_t>(r * cols + c)] : -inf;
+      for (int64_t c = 0; c < cols; ++c) {
+        const size_t i = static_cast<size_t>(r * cols + c);
+        v[i] = (c == 0 || c % 97 == 0) ? noise[i] : -inf;
+      }
     const Tensor x = from_vector(v, {2, cols}, DType::Float32);
     const Tensor x64 = x.to(DType::Float64);
     check_close(ops::softmax(x.to(kGpu), 1), ops::softmax(x64, 1), 0.0, kSoftmaxRtol, "softmax");
@@ -146,7 +149,7 @@ TEST_CASE("masked (-inf) logits get zero probability on the device, as on the CP
     Tensor xr = x64.clone().requires_grad_();
     Tensor lr = ops::softmax_cross_entropy(xr, t);
     lr.backward();
-    Tensor xg = x.to(kGpu).requires_grad_();
+    Tensor xg = x.to(kGpu).detach().requires_grad_();
     Tensor lg = ops::softmax_cross_entropy(xg, t.to(kGpu));
     lg.backward();
     check_close(lg, lr, 1e-5, 1e-5, "loss");
@@ -173,7 +176,7 @@ TEST_CASE("cross-entropy loss and gradients on the device match float64, fused a
         std::vector<Tensor> grads;
         for (ops::CrossEntropyGrad mode : {ops::CrossEntropyGrad::Fused, ops::CrossEntropyGrad::Separate}) {
           const char* what = mode == ops::CrossEntropyGrad::Fused ? "fused" : "separate";
-          Tensor xg = x.to(kGpu).requires_grad_();
+          Tensor xg = x.to(kGpu).detach().requires_grad_();
           Tensor lg = ops::softmax_cross_entropy(xg, t.to(kGpu), red, mode);
           if (red == ops::Reduction::None) lg.backward(w.to(kGpu));
           else lg.backward();
@@ -200,7 +203,7 @@ TEST_CASE("cross-entropy at [4096, 10] matches the CPU and repeats bit for bit",
   lr.backward();
   std::vector<Tensor> losses, grads;
   for (int run = 0; run < 2; ++run) {
-    Tensor xg = x.to(kGpu).requires_grad_();
+    Tensor xg = x.to(kGpu).detach().requires_grad_();
     Tensor lg = ops::softmax_cross_entropy(xg, t.to(kGpu));
     lg.backward();
     // The mean of 4096 losses of ~1e-6 error each.
@@ -220,12 +223,14 @@ TEST_CASE("cross-entropy of huge logits stays finite on the device", "[cuda][sof
     Tensor xr = x.to(DType::Float64).requires_grad_();
     Tensor lr = ops::softmax_cross_entropy(xr, t, ops::Reduction::None);
     lr.backward(ones({4}, DType::Float64));
-    Tensor xg = x.to(kGpu).requires_grad_();
+    Tensor xg = x.to(kGpu).detach().requires_grad_();
     Tensor lg = ops::softmax_cross_entropy(xg, t.to(kGpu), ops::Reduction::None);
     lg.backward(ones({4}, TensorOptions(DType::Float32, kGpu)));
     // Losses up to ~8000 from differences of values near 4000: ~1 ulp of 4000 (2.4e-4) absolute.
     check_close(lg, lr, 1e-3, 1e-5, "loss");
-    check_close(xg.grad(), xr.grad(), 1e-6, 1e-5, "dlogits");
+    // p = exp(x - lse) with x - lse carrying that same ~2.4e-4 absolute error: p is off by up to
+    // ~2.4e-4 relative (float32 can do no better here), so 1e-3 relative; finite is the point.
+    check_close(xg.grad(), xr.grad(), 1e-6, 1e-3, "dlogits");
   }
 }
 

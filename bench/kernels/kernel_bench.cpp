@@ -1,0 +1,371 @@
+// bench/kernels/kernel_bench: the CUDA kernels of minidl, timed on cuda:0 (issue 3, item 11).
+//   gemm      linear forward (x·Wᵀ + b) and the backward products dX = dY·W and dW = dYᵀ·X at
+//             4096³, 8192³ and the Fashion-MNIST MLP's layers (784→256→128→10) at batch 128 and
+//             4096: the native kernels' TFLOP/s beside cuBLAS's (minidl::set_gemm_impl) and the ratio.
+//   relu      forward and backward at 64 MiB and 1 GiB: GB/s beside a device-to-device
+//             cudaMemcpyAsync of the same size measured in the same run.
+//   ce_fused  softmax-cross-entropy fused forward+backward at [8192, 32768] and [4096, 10]: GB/s
+//             on the bytes it must move (read logits and targets, write dlogits and loss)
+//             beside the copy of the logits' size.
+// Method: the backend methods are called directly on preallocated tensors (no allocation is
+// timed). Each case: fresh random inputs (uniform or normal, never zeros) in enough buffer sets
+// that their total exceeds 3x the L2 cache and consecutive runs use different sets (no run reads
+// what the previous one left in L2); 3 warm-up calls; then >= 20 timed runs queued back to back
+// behind a host-held gate (so the host's launch overhead never shows in the device timings),
+// each between two CUDA events on the backend's stream; the median is reported.
+// Output: one JSON line per case on stdout, a table on stderr (--json-only: JSON only).
+// Exit status: 0, 1 on an error, 2 when there is no usable CUDA device.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/backend.h"
+#include "core/device.h"
+#include "core/memory.h"
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace {
+
+using namespace minidl;
+
+struct Options {
+  int runs = 25;
+  bool quick = false;
+  bool json_only = false;
+  uint64_t seed = 1;
+};
+
+// Holds the stream at a host function until the host has queued every timed run, so that
+// runs execute back to back on the device. Gives up after a few seconds (a queued call that
+// synchronises the stream would otherwise wait forever) and says so.
+class StreamGate {
+ public:
+  void close(cudaStream_t stream) {
+    open_.store(false);
+    timed_out_.store(false);
+    MINIDL_CUDA_CHECK(cudaLaunchHostFunc(stream, &StreamGate::wait, this));
+  }
+  void open() { open_.store(true); }
+  bool timed_out() const { return timed_out_.load(); }
+
+ private:
+  static void CUDART_CB wait(void* self) {
+    auto* gate = static_cast<StreamGate*>(self);
+    const auto start = std::chrono::steady_clock::now();
+    while (!gate->open_.load()) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) {
+        gate->timed_out_.store(true);
+        return;
+      }
+      std::this_thread::yield();
+    }
+  }
+  std::atomic<bool> open_{false}, timed_out_{false};
+};
+
+class Timer {
+ public:
+  Timer(cudaStream_t stream, const Options& opt) : stream_(stream), opt_(opt) {}
+
+  // Median seconds of run(i) for i = 0 .. runs-1 (run picks buffer set i % sets itself).
+  double median_seconds(const std::function<void(int)>& run) {
+    for (int i = 0; i < 3; ++i) run(i);  // warm-up: first-call costs (handles, caches) stay out
+    MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<cudaEvent_t> events(static_cast<size_t>(2 * opt_.runs));
+    for (cudaEvent_t& e : events) MINIDL_CUDA_CHECK(cudaEventCreate(&e));
+    gate_.close(stream_);
+    for (int i = 0; i < opt_.runs; ++i) {
+      MINIDL_CUDA_CHECK(cudaEventRecord(events[static_cast<size_t>(2 * i)], stream_));
+      run(i + 3);
+      MINIDL_CUDA_CHECK(cudaEventRecord(events[static_cast<size_t>(2 * i + 1)], stream_));
+    }
+    gate_.open();
+    MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (gate_.timed_out())
+      std::fprintf(stderr, "kernel_bench: warning: the stream gate timed out; these timings include host gaps\n");
+    std::vector<double> seconds;
+    for (int i = 0; i < opt_.runs; ++i) {
+      float ms = 0.0f;
+      const size_t e = static_cast<size_t>(2 * i);
+      MINIDL_CUDA_CHECK(cudaEventElapsedTime(&ms, events[e], events[e + 1]));
+      seconds.push_back(ms * 1e-3);
+    }
+    for (cudaEvent_t e : events) MINIDL_CUDA_CHECK(cudaEventDestroy(e));
+    std::sort(seconds.begin(), seconds.end());
+    return seconds[seconds.size() / 2];
+  }
+
+ private:
+  cudaStream_t stream_;
+  const Options& opt_;
+  StreamGate gate_;
+};
+
+// How many buffer sets of `set_bytes` make a rotation whose total exceeds 3x L2 (>= 2 sets).
+int sets_for(int64_t set_bytes, int64_t l2_bytes) {
+  const int64_t needed = (3 * l2_bytes + set_bytes - 1) / std::max<int64_t>(set_bytes, 1);
+  return static_cast<int>(std::clamp<int64_t>(needed, 2, 512));
+}
+
+TensorOptions on_gpu(DType t = DType::Float32) { return TensorOptions(t, Device::cuda(0)); }
+
+// max |a - b| / max |b| over all elements (both copied to the host).
+double relative_difference(const Tensor& a, const Tensor& b) {
+  const std::vector<float> va = a.to(Device::cpu()).to_vector<float>(), vb = b.to(Device::cpu()).to_vector<float>();
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(va[i]) - vb[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(vb[i])));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+// ---- GEMM: native vs cuBLAS ----
+
+struct GemmShape {
+  int64_t n, k, m;  // y[N, M] = x[N, K] · W[M, K]ᵀ
+  const char* what;
+};
+
+struct GemmSet {
+  Tensor x, w, b, y, dy, dx, dw;
+};
+
+void bench_gemm(Backend& be, Timer& timer, const Options& opt, int64_t l2, const GemmShape& s) {
+  const int64_t bytes = 4 * (2 * s.n * s.k + 2 * s.m * s.k + 2 * s.n * s.m + s.m);
+  const int sets = sets_for(bytes, l2);
+  std::vector<GemmSet> data;
+  Generator gen(opt.seed);
+  for (int i = 0; i < sets; ++i) {
+    GemmSet d;
+    d.x = uniform({s.n, s.k}, -1.0, 1.0, on_gpu(), &gen);   // [N, K]
+    d.w = uniform({s.m, s.k}, -1.0, 1.0, on_gpu(), &gen);   // [M, K]
+    d.b = uniform({s.m}, -1.0, 1.0, on_gpu(), &gen);        // [M]
+    d.dy = uniform({s.n, s.m}, -1.0, 1.0, on_gpu(), &gen);  // [N, M]
+    d.y = empty({s.n, s.m}, on_gpu());
+    d.dx = empty({s.n, s.k}, on_gpu());
+    d.dw = empty({s.m, s.k}, on_gpu());
+    data.push_back(std::move(d));
+  }
+  const double flops = 2.0 * static_cast<double>(s.n) * static_cast<double>(s.k) * static_cast<double>(s.m);
+  struct Variant {
+    const char* name;
+    std::function<void(GemmSet&)> call;
+    Tensor GemmSet::*out;
+  };
+  const std::vector<Variant> variants = {
+      {"forward", [&](GemmSet& d) { be.linear_forward(d.x, d.w, d.b, d.y, Activation::None); }, &GemmSet::y},
+      {"backward_dx",
+       [&](GemmSet& d) {
+         Tensor none_dw, none_db;
+         be.linear_backward(d.dy, d.x, d.w, d.dx, none_dw, none_db);
+       },
+       &GemmSet::dx},
+      {"backward_dw",
+       [&](GemmSet& d) {
+         Tensor none_dx, none_db;
+         be.linear_backward(d.dy, d.x, d.w, none_dx, d.dw, none_db);
+       },
+       &GemmSet::dw},
+  };
+  for (const Variant& v : variants) {
+    double seconds[2];
+    Tensor result[2];
+    const GemmImpl impls[2] = {GemmImpl::Native, GemmImpl::Cublas};
+    for (int i = 0; i < 2; ++i) {
+      set_gemm_impl(impls[i]);
+      seconds[i] = timer.median_seconds([&](int run) { v.call(data[static_cast<size_t>(run % sets)]); });
+      v.call(data[0]);
+      result[i] = (data[0].*(v.out)).clone();  // compared below: a fast wrong kernel is no result
+    }
+    set_gemm_impl(GemmImpl::Native);
+    const double diff = relative_difference(result[0], result[1]);
+    const double native = flops / seconds[0] / 1e12, cublas = flops / seconds[1] / 1e12;
+    if (!opt.json_only)
+      std::fprintf(stderr, "gemm %-12s %5lld x %5lld x %5lld %-26s native %7.2f  cublas %7.2f TFLOP/s  ratio %.2f  "
+                           "(%.3f / %.3f ms, max rel diff %.1e)\n",
+                   v.name, (long long)s.n, (long long)s.k, (long long)s.m, s.what, native, cublas, native / cublas,
+                   seconds[0] * 1e3, seconds[1] * 1e3, diff);
+    std::printf("{\"bench\":\"kernel\",\"kernel\":\"gemm\",\"variant\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,"
+                "\"what\":\"%s\",\"native_tflops\":%.4f,\"cublas_tflops\":%.4f,\"ratio\":%.4f,\"native_ms\":%.5f,"
+                "\"cublas_ms\":%.5f,\"max_rel_diff\":%.3e,\"runs\":%d,\"buffer_sets\":%d}\n",
+                v.name, (long long)s.n, (long long)s.k, (long long)s.m, s.what, native, cublas, native / cublas,
+                seconds[0] * 1e3, seconds[1] * 1e3, diff, opt.runs, sets);
+    std::fflush(stdout);
+  }
+}
+
+// ---- bandwidth: copy, ReLU, fused cross-entropy ----
+
+// GB/s of a device-to-device copy of `bytes` (read + write counted: 2 · bytes moved).
+double bench_copy(cudaStream_t stream, Timer& timer, const Options& opt, int64_t l2, int64_t bytes) {
+  const int sets = sets_for(2 * bytes, l2);
+  std::vector<Tensor> src, dst;
+  Generator gen(opt.seed + 1);
+  for (int i = 0; i < sets; ++i) {
+    src.push_back(uniform({bytes / 4}, -1.0, 1.0, on_gpu(), &gen));
+    dst.push_back(empty({bytes / 4}, on_gpu()));
+  }
+  const double seconds = timer.median_seconds([&](int run) {
+    const size_t i = static_cast<size_t>(run % sets);
+    MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst[i].raw_data(), src[i].raw_data(), static_cast<size_t>(bytes),
+                                      cudaMemcpyDeviceToDevice, stream));
+  });
+  const double gbps = 2.0 * static_cast<double>(bytes) / seconds / 1e9;
+  if (!opt.json_only)
+    std::fprintf(stderr, "copy  d2d          %10.1f MiB                           %8.1f GB/s  (%.4f ms)\n",
+                 static_cast<double>(bytes) / (1 << 20), gbps, seconds * 1e3);
+  std::printf("{\"bench\":\"kernel\",\"kernel\":\"copy_d2d\",\"bytes\":%lld,\"gbps\":%.3f,\"ms\":%.5f,\"runs\":%d,"
+              "\"buffer_sets\":%d}\n",
+              (long long)bytes, gbps, seconds * 1e3, opt.runs, sets);
+  std::fflush(stdout);
+  return gbps;
+}
+
+void report_bandwidth(const Options& opt, const char* kernel, const std::string& shape, int64_t bytes_moved,
+                      double seconds, double copy_gbps, int sets) {
+  const double gbps = static_cast<double>(bytes_moved) / seconds / 1e9;
+  if (!opt.json_only)
+    std::fprintf(stderr, "%-18s %-28s %8.1f GB/s  copy %8.1f GB/s  ratio %.2f  (%.4f ms)\n", kernel, shape.c_str(),
+                 gbps, copy_gbps, gbps / copy_gbps, seconds * 1e3);
+  std::printf("{\"bench\":\"kernel\",\"kernel\":\"%s\",\"shape\":\"%s\",\"bytes_moved\":%lld,\"gbps\":%.3f,"
+              "\"copy_gbps\":%.3f,\"ratio\":%.4f,\"ms\":%.5f,\"runs\":%d,\"buffer_sets\":%d}\n",
+              kernel, shape.c_str(), (long long)bytes_moved, gbps, copy_gbps, gbps / copy_gbps, seconds * 1e3,
+              opt.runs, sets);
+  std::fflush(stdout);
+}
+
+void bench_relu(Backend& be, Timer& timer, const Options& opt, int64_t l2, int64_t bytes, double copy_gbps) {
+  const int64_t n = bytes / 4;
+  const std::string shape = "[" + std::to_string(n) + "] (" + std::to_string(bytes >> 20) + " MiB)";
+  {
+    const int sets = sets_for(2 * bytes, l2);
+    std::vector<Tensor> x, y;
+    Generator gen(opt.seed + 2);
+    for (int i = 0; i < sets; ++i) {
+      x.push_back(uniform({n}, -1.0, 1.0, on_gpu(), &gen));
+      y.push_back(empty({n}, on_gpu()));
+    }
+    const double s = timer.median_seconds([&](int run) {
+      const size_t i = static_cast<size_t>(run % sets);
+      be.relu_forward(x[i], y[i]);
+    });
+    report_bandwidth(opt, "relu_forward", shape, 2 * bytes, s, copy_gbps, sets);
+  }
+  {
+    const int sets = sets_for(3 * bytes, l2);
+    std::vector<Tensor> dy, y, dx;
+    Generator gen(opt.seed + 3);
+    for (int i = 0; i < sets; ++i) {
+      dy.push_back(uniform({n}, -1.0, 1.0, on_gpu(), &gen));
+      y.push_back(uniform({n}, -1.0, 1.0, on_gpu(), &gen));  // about half positive: a real mask
+      dx.push_back(empty({n}, on_gpu()));
+    }
+    const double s = timer.median_seconds([&](int run) {
+      const size_t i = static_cast<size_t>(run % sets);
+      be.relu_backward(dy[i], y[i], dx[i]);
+    });
+    report_bandwidth(opt, "relu_backward", shape, 3 * bytes, s, copy_gbps, sets);
+  }
+}
+
+void bench_cross_entropy(Backend& be, cudaStream_t stream, Timer& timer, const Options& opt, int64_t l2, int64_t rows,
+                         int64_t cols) {
+  const int64_t logits_bytes = 4 * rows * cols;
+  // What the fused kernel must move: logits and targets in, dlogits and per-row losses out.
+  const int64_t moved = 2 * logits_bytes + 8 * rows + 4 * rows;
+  const double copy_gbps = bench_copy(stream, timer, opt, l2, logits_bytes);
+  const int sets = sets_for(moved, l2);
+  std::vector<Tensor> logits, targets, loss, dlogits;
+  Generator gen(opt.seed + 4);
+  for (int i = 0; i < sets; ++i) {
+    logits.push_back(randn({rows, cols}, on_gpu(), &gen) * 2.0);
+    targets.push_back(randint(0, cols, {rows}, on_gpu(DType::Int64), &gen));
+    loss.push_back(empty({rows}, on_gpu()));
+    dlogits.push_back(empty({rows, cols}, on_gpu()));
+  }
+  const double scale = 1.0 / static_cast<double>(rows);
+  const double s = timer.median_seconds([&](int run) {
+    const size_t i = static_cast<size_t>(run % sets);
+    be.softmax_cross_entropy_fused(logits[i], targets[i], scale, loss[i], dlogits[i]);
+  });
+  const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+  report_bandwidth(opt, "ce_fused_fwd_bwd", shape, moved, s, copy_gbps, sets);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Times minidl's CUDA kernels on cuda:0: GEMM vs cuBLAS, ReLU and fused cross-entropy vs copy"};
+  Options opt;
+  app.add_flag("--quick", opt.quick, "fewer and smaller cases (no 8192^3, no batch 4096, no 1 GiB)");
+  app.add_flag("--json-only", opt.json_only, "no table on stderr");
+  app.add_option("--runs", opt.runs, "timed runs per case (>= 20); the median is reported")
+      ->check(CLI::Range(20, 1000));
+  app.add_option("--seed", opt.seed, "seed of the random inputs");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!cuda_is_available()) {
+    std::fprintf(stderr, "kernel_bench: no usable CUDA device (%s); nothing to measure\n",
+                 cuda_device_count() == 0 ? "no GPU, no driver, or a build without CUDA" : "cuda:0 unavailable");
+    return 2;
+  }
+  try {
+    const Device gpu = Device::cuda(0);
+    Backend& be = backend_for(gpu);
+    // The backend's one compute stream: events and the baseline copy go on it, in order with the kernels.
+    cudaStream_t stream = dynamic_cast<cuda::CudaBackend&>(be).stream();
+    int l2 = 0;
+    MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    cudaDeviceProp prop{};
+    MINIDL_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (!opt.json_only)
+      std::fprintf(stderr, "kernel_bench on %s: %d SMs, L2 %d MiB; median of %d runs per case\n", prop.name,
+                   prop.multiProcessorCount, l2 >> 20, opt.runs);
+    Timer timer(stream, opt);
+
+    std::vector<GemmShape> gemms = {{4096, 4096, 4096, "square"}};
+    if (!opt.quick) gemms.push_back({8192, 8192, 8192, "square"});
+    for (int64_t batch : {int64_t{128}, int64_t{4096}}) {
+      if (opt.quick && batch != 128) continue;
+      const char* names[3] = {batch == 128 ? "mlp fc1 (batch 128)" : "mlp fc1 (batch 4096)",
+                              batch == 128 ? "mlp fc2 (batch 128)" : "mlp fc2 (batch 4096)",
+                              batch == 128 ? "mlp fc3 (batch 128)" : "mlp fc3 (batch 4096)"};
+      gemms.push_back({batch, 784, 256, names[0]});
+      gemms.push_back({batch, 256, 128, names[1]});
+      gemms.push_back({batch, 128, 10, names[2]});
+    }
+    for (const GemmShape& s : gemms) {
+      bench_gemm(be, timer, opt, l2, s);
+      empty_cache(gpu);  // each case's buffers go back before the next case allocates its own
+    }
+
+    std::vector<int64_t> relu_bytes = {int64_t{64} << 20};
+    if (!opt.quick) relu_bytes.push_back(int64_t{1} << 30);
+    for (int64_t bytes : relu_bytes) {
+      const double copy_gbps = bench_copy(stream, timer, opt, l2, bytes);
+      bench_relu(be, timer, opt, l2, bytes, copy_gbps);
+      empty_cache(gpu);
+    }
+
+    bench_cross_entropy(be, stream, timer, opt, l2, 8192, 32768);
+    empty_cache(gpu);
+    bench_cross_entropy(be, stream, timer, opt, l2, 4096, 10);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
