@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/autograd.h"
+#include "core/memory.h"
 
 namespace minidl::data {
 
@@ -15,6 +16,7 @@ struct DataLoader::Epoch {
   std::vector<int64_t> order;
   int64_t batch_size = 1;
   int64_t num_batches = 0;
+  bool pin_memory = false;
   Batch current;
   int64_t current_index = -1;
 
@@ -36,7 +38,12 @@ struct DataLoader::Epoch {
     const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order.size()));
     indices.assign(order.begin() + begin, order.begin() + end);
     NoGradGuard no_grad;
-    return dataset->get_batch(indices);
+    Batch batch = dataset->get_batch(indices);
+    if (pin_memory) {
+      batch.x = minidl::pin_memory(batch.x);
+      batch.y = minidl::pin_memory(batch.y);
+    }
+    return batch;
   }
 
   // Workers start at batch `first` (a resumed epoch skips the batches before it).
@@ -106,6 +113,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   MINIDL_CHECK(options_.batch_size > 0, "DataLoader: batch_size must be positive, got ", options_.batch_size);
   MINIDL_CHECK(options_.num_workers >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers);
   MINIDL_CHECK(dataset_->size() > 0, "DataLoader: the dataset is empty");
+  MINIDL_CHECK(!options_.pin_memory || cuda_is_available(),
+               "DataLoader: pin_memory=true needs a CUDA device (pinned host memory is for copies to a GPU); "
+               "this build or machine has none");
   if (options_.shuffle) sampler_ = std::make_unique<RandomSampler>(dataset_->size(), options_.seed);
   else sampler_ = std::make_unique<SequentialSampler>(dataset_->size());
 }
@@ -124,6 +134,7 @@ DataLoader::Iterator DataLoader::begin() {
   current_epoch_ = next_epoch_++;
   epoch->order = sampler_->indices(current_epoch_);
   epoch->batch_size = options_.batch_size;
+  epoch->pin_memory = options_.pin_memory;
   epoch->num_batches = size();
   const int64_t first = next_first_batch_;
   next_first_batch_ = 0;

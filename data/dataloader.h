@@ -28,6 +28,9 @@ struct DataLoaderOptions {
   bool drop_last = false;
   int num_workers = 0;
   uint64_t seed = 0;
+  // Batches headed to a GPU: build each in pinned host memory (on the worker threads when there
+  // are workers), so that x.to(cuda) is an asynchronous DMA. Needs CUDA; an error without it.
+  bool pin_memory = false;
 };
 
 // Where a loader stands: the next batch it delivers is batch `batch` of epoch `epoch`

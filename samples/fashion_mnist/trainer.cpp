@@ -24,6 +24,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "optim/optim.h"
+#include "parallel/data_parallel.h"
 #include "samples/fashion_mnist/checkpoint.h"
 #include "samples/fashion_mnist/metrics.h"
 #include "samples/fashion_mnist/progress.h"
@@ -62,22 +63,18 @@ void check_config(const TrainerConfig& c) {
                "fashion_mnist: --checkpoint-every needs --checkpoint PATH to save to");
   MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
                c.stop_after_batches);
-  if (c.devices.size() > 1) {
-    std::string list;
-    for (const auto& d : c.devices) {
-      if (!list.empty()) list += ',';
-      list += d;
-    }
-    throw Error("fashion_mnist: --devices " + list + " asks for data-parallel training over " +
-                std::to_string(c.devices.size()) +
-                " devices, which needs the parallel module (parallel::DataParallel); this build does not have it. "
-                "Train on one device with --device.");
-  }
 }
 
 Device resolve_device(const TrainerConfig& c) {
-  const std::string& name = c.devices.size() == 1 ? c.devices[0] : c.device;
+  const std::string& name = c.devices.empty() ? c.device : c.devices[0];
   return name == "auto" ? default_device() : Device(name);
+}
+
+// --devices a,b,...: data-parallel replicas on each (parallel::DataParallel checks the list).
+std::vector<Device> parallel_devices(const TrainerConfig& c) {
+  std::vector<Device> devices;
+  for (const std::string& d : c.devices) devices.push_back(d == "auto" ? default_device() : Device(d));
+  return devices;
 }
 
 // What a checkpoint must agree with to be continued by this config.
@@ -209,13 +206,19 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
   manual_seed(config.seed);
   auto model = make_mlp(config.hidden);
   model->to(device);
+  // Several devices: the loop trains through the wrapper; optimizer, checkpoints and
+  // evaluation use the model itself (the wrapper's replica 0).
+  std::shared_ptr<parallel::DataParallel> dp;
+  if (config.devices.size() > 1) dp = std::make_shared<parallel::DataParallel>(model, parallel_devices(config));
+  nn::Module& trained = dp ? static_cast<nn::Module&>(*dp) : static_cast<nn::Module&>(*model);
   const optim::NamedParameters names = model->named_parameters();
   auto optimizer = make_optimizer(config, model->parameters());
   auto scheduler = make_scheduler(config, *optimizer);
   data::DataLoader loader(data.train, data::DataLoaderOptions{.batch_size = config.batch_size,
                                                                .shuffle = true,
                                                                .num_workers = config.workers,
-                                                               .seed = config.seed});
+                                                               .seed = config.seed,
+                                                               .pin_memory = device.is_cuda()});
   nn::CrossEntropyLoss criterion;
 
   TrainingResult result;
@@ -272,7 +275,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     for (auto it = loader.begin(); it != loader.end(); ++it) {
       const Tensor x = it->x.to(device), y = it->y.to(device);
       optimizer->zero_grad();
-      const Tensor loss = criterion((*model)(x), y);
+      const Tensor loss = criterion(trained(x), y);
       loss.backward();
       optimizer->step();
       const int64_t n = y.shape()[0];

@@ -34,7 +34,7 @@ struct TrainerConfig {
   std::string schedule = "cosine";  // "cosine" (T_max = epochs), "step" (x0.1 every epochs/3), "none"
   std::vector<int64_t> hidden = {256, 128};
   std::string device = "auto";        // "cpu", "cuda[:N]", "auto" (CUDA when available)
-  std::vector<std::string> devices;   // several devices: data parallel (not in this build)
+  std::vector<std::string> devices;   // several devices: data parallel (parallel::DataParallel)
   uint64_t seed = 0;                  // weights and shuffling
 
   std::string data_dir;       // empty: where Debian installs Fashion-MNIST

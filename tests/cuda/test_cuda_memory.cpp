@@ -5,6 +5,7 @@
 
 #include "core/generator.h"
 #include "core/memory.h"
+#include "data/data.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
@@ -120,4 +121,23 @@ TEST_CASE("a huge device allocation throws OutOfMemory and the next small one su
   }
   Tensor small = full({31}, 1.0, TensorOptions(DType::Float32, kGpu));
   CHECK(ops::sum(small).item() == 31.0);
+}
+
+TEST_CASE("a DataLoader with pin_memory delivers pinned batches that copy to the device exactly", "[cuda][memory]") {
+  Tensor x = random_cpu({37, 4}, 5);
+  Tensor y = randint(0, 3, {37}, DType::Int64);
+  auto ds = std::make_shared<data::TensorDataset>(x, y);
+  for (int workers : {0, 2}) {
+    data::DataLoader loader(ds, data::DataLoaderOptions{.batch_size = 8, .num_workers = workers, .pin_memory = true});
+    int64_t row = 0;
+    for (data::Batch& b : loader) {
+      CHECK(is_pinned(b.x));
+      CHECK(is_pinned(b.y));
+      const int64_t n = b.x.shape()[0];
+      check_equal(b.x.to(kGpu), x.narrow(0, row, n).contiguous(), "pinned batch x");
+      check_equal(b.y.to(kGpu), y.narrow(0, row, n).contiguous(), "pinned batch y");
+      row += n;
+    }
+    CHECK(row == 37);
+  }
 }

@@ -215,3 +215,9 @@ TEST_CASE("loader errors: null or empty dataset, non-positive batch size, negati
   CHECK_THROWS_WITH(DataLoader(empty_ds, DataLoaderOptions{}), Catch::Contains("empty"));
   CHECK_THROWS_WITH(DataLoader(nullptr, DataLoaderOptions{}), Catch::Contains("null"));
 }
+
+TEST_CASE("DataLoader pin_memory is a clear error without CUDA", "[data]") {
+  if (cuda_is_available()) return;  // on a GPU machine tests/cuda covers pinned batches
+  CHECK_THROWS_WITH(DataLoader(identity_dataset(5), DataLoaderOptions{.batch_size = 2, .pin_memory = true}),
+                    Catch::Contains("pin_memory=true needs a CUDA device"));
+}
