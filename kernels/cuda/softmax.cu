@@ -461,7 +461,8 @@ unsigned row_grid(int64_t blocks) {
 
 template <int kPerLane, class Op>
 void launch_warp_rows(const CudaBackend& be, const Op& op, int64_t rows, int64_t cols) {
-  rows_warp_kernel<kPerLane, Op><<<row_grid(ceil_div(rows, kWarpRows)), kWarpRowsThreads, 0, be.stream()>>>(op, rows, cols);
+  const unsigned blocks = row_grid(ceil_div(rows, kWarpRows));
+  rows_warp_kernel<kPerLane, Op><<<blocks, kWarpRowsThreads, 0, be.stream()>>>(op, rows, cols);
   MINIDL_LAUNCH_CHECK();
 }
 
@@ -519,8 +520,8 @@ void launch_rows(const CudaBackend& be, const Op& op, int64_t rows, int64_t cols
 
 void require_rows(const Tensor& t, const char* op, const char* what) {
   require_float32(t, op, what);
-  MINIDL_CHECK(t.dim() == 2 && t.is_contiguous(), op, ": ", what, " must be a contiguous [rows, cols] matrix, got shape ",
-               t.shape());
+  MINIDL_CHECK(t.dim() == 2 && t.is_contiguous(), op, ": ", what,
+               " must be a contiguous [rows, cols] matrix, got shape ", t.shape());
 }
 
 void require_same_shape(const Tensor& t, const Tensor& like, const char* op, const char* what) {
