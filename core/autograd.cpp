@@ -14,6 +14,8 @@ namespace minidl {
 namespace {
 std::atomic<uint64_t> next_sequence_nr{0};
 thread_local bool grad_mode = true;
+// The callback queue of the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
 }  // namespace
 
 Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
@@ -74,9 +76,30 @@ void attach(const std::shared_ptr<Node>& node, std::initializer_list<const Tenso
 class Engine {
  public:
   static void run(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+ private:
+  static void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph);
 };
 
-void Engine::run(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
+// Gives one backward pass its own callback queue (a hook may start a nested backward, which
+// gets its own) and runs the queued callbacks once the graph is done. When the graph or a
+// callback throws, the callbacks not yet run are dropped with the queue.
+void Engine::run(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  std::vector<std::function<void()>> callbacks;
+  struct QueueScope {
+    std::vector<std::function<void()>>* previous;
+    ~QueueScope() { backward_callbacks = previous; }
+  } scope{backward_callbacks};
+  backward_callbacks = &callbacks;
+  run_graph(root, grad, retain_graph);
+  NoGradGuard no_grad;  // like the nodes and hooks they follow, callbacks record nothing
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::function<void()> callback = std::move(callbacks[i]);  // callbacks may grow the queue
+    callback();
+  }
+}
+
+void Engine::run_graph(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
   check_defined(root, "backward", "self");
   MINIDL_CHECK(root.requires_grad(), "backward: the tensor of shape ", root.shape(),
                " does not require grad and has no grad_fn (did an input have requires_grad=true? was it computed "
@@ -156,6 +179,13 @@ void Engine::run(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
 
 namespace autograd {
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) { Engine::run(root, grad, retain_graph); }
+
+void queue_callback(std::function<void()> callback) {
+  MINIDL_CHECK(backward_callbacks != nullptr, "queue_callback: no backward pass is running on this thread (call it "
+               "from a gradient-ready hook or a node while backward() runs)");
+  MINIDL_CHECK(static_cast<bool>(callback), "queue_callback: got an empty callback");
+  backward_callbacks->push_back(std::move(callback));
+}
 }  // namespace autograd
 
 }  // namespace minidl

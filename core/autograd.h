@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,11 @@ Edge gradient_edge(const Tensor& t);
 void attach(const std::shared_ptr<Node>& node, std::initializer_list<const Tensor*> inputs, Tensor& output);
 // Runs backward from `root` with seed gradient `grad` (see Engine in autograd.cpp).
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+// Queues `callback` to run after the backward pass running on this thread has processed its
+// whole graph, before backward() returns; callbacks run in queue order and may queue more.
+// Callable only while a backward runs (from a node or a gradient-ready hook), a clear error
+// otherwise. Like PyTorch's queue_callback: parallel/ waits for its all-reduces from one.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace autograd
 

@@ -39,12 +39,14 @@ struct DataLoader::Epoch {
     return dataset->get_batch(indices);
   }
 
-  void start_workers(int count) {
+  // Workers start at batch `first` (a resumed epoch skips the batches before it).
+  void start_workers(int count, int64_t first) {
     window = 2 * static_cast<int64_t>(count);
+    next_to_take = first;
     for (int w = 0; w < count; ++w) {
-      workers.emplace_back([this, w, count] {
+      workers.emplace_back([this, w, count, first] {
         std::vector<int64_t> indices;
-        for (int64_t b = w; b < num_batches; b += count) {
+        for (int64_t b = first + w; b < num_batches; b += count) {
           {
             std::unique_lock<std::mutex> lock(mutex);
             consumed.wait(lock, [&] { return stopping || b < next_to_take + window; });
@@ -123,10 +125,46 @@ DataLoader::Iterator DataLoader::begin() {
   epoch->order = sampler_->indices(current_epoch_);
   epoch->batch_size = options_.batch_size;
   epoch->num_batches = size();
+  const int64_t first = next_first_batch_;
+  next_first_batch_ = 0;
   current_ = std::move(epoch);
-  if (options_.num_workers > 0) current_->start_workers(options_.num_workers);
-  if (current_->num_batches > 0) current_->load(0);
-  return Iterator(current_.get(), current_->num_batches > 0 ? 0 : -1);
+  if (options_.num_workers > 0) current_->start_workers(options_.num_workers, first);
+  if (first < current_->num_batches) current_->load(first);
+  return Iterator(current_.get(), first < current_->num_batches ? first : -1);
+}
+
+DataLoaderState DataLoader::state() const {
+  DataLoaderState s;
+  s.seed = options_.seed;
+  s.shuffle = options_.shuffle;
+  s.drop_last = options_.drop_last;
+  s.batch_size = options_.batch_size;
+  s.dataset_size = dataset_->size();
+  const int64_t delivered = current_ && current_->current_index >= 0 ? current_->current_index + 1 : 0;
+  if (current_ && delivered > 0 && delivered < current_->num_batches) {
+    s.epoch = current_epoch_;
+    s.batch = delivered;
+  } else {  // nothing begun yet, or the epoch delivered all its batches (or had none)
+    s.epoch = next_epoch_;
+    s.batch = next_first_batch_;
+  }
+  return s;
+}
+
+void DataLoader::load_state(const DataLoaderState& s) {
+  const DataLoaderState own = state();
+  MINIDL_CHECK(s.seed == own.seed && s.shuffle == own.shuffle && s.drop_last == own.drop_last &&
+                   s.batch_size == own.batch_size && s.dataset_size == own.dataset_size,
+               "DataLoader: load_state: the state was saved by a loader with seed ", s.seed, ", shuffle ", s.shuffle,
+               ", drop_last ", s.drop_last, ", batch_size ", s.batch_size, " over ", s.dataset_size,
+               " examples; this loader has seed ", own.seed, ", shuffle ", own.shuffle, ", drop_last ", own.drop_last,
+               ", batch_size ", own.batch_size, " over ", own.dataset_size, " examples");
+  MINIDL_CHECK(s.epoch >= 0, "DataLoader: load_state: negative epoch ", s.epoch);
+  MINIDL_CHECK(s.batch == 0 || (s.batch > 0 && s.batch < size()), "DataLoader: load_state: batch ", s.batch,
+               " is out of range (an epoch has ", size(), " batches)");
+  current_.reset();  // an epoch in progress ends here, like at begin()
+  next_epoch_ = s.epoch;
+  next_first_batch_ = s.batch;
 }
 
 DataLoader::Iterator DataLoader::end() { return Iterator(current_.get(), -1); }

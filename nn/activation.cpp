@@ -1,5 +1,7 @@
-// nn::ReLU and nn::Flatten forwards.
+// nn::ReLU and nn::Flatten forwards and clones.
 #include "nn/activation.h"
+
+#include <typeinfo>
 
 #include "core/ops/elementwise.h"
 
@@ -7,6 +9,20 @@ namespace minidl::nn {
 
 Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
 
+std::shared_ptr<Module> ReLU::clone() const {
+  check_clone_is_exact(typeid(ReLU), "ReLU");
+  auto copy = std::make_shared<ReLU>();
+  copy->copy_state_from(*this);  // the training flag
+  return copy;
+}
+
 Tensor Flatten::forward(const Tensor& x) { return x.flatten(start_dim_, end_dim_); }
+
+std::shared_ptr<Module> Flatten::clone() const {
+  check_clone_is_exact(typeid(Flatten), "Flatten");
+  auto copy = std::make_shared<Flatten>(start_dim_, end_dim_);
+  copy->copy_state_from(*this);
+  return copy;
+}
 
 }  // namespace minidl::nn

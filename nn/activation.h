@@ -11,6 +11,7 @@ class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "ReLU"; }
+  std::shared_ptr<Module> clone() const override;
 };
 
 // Flattens dims [start_dim, end_dim] into one (default keeps the batch dim: [N, ...] -> [N, -1]).
@@ -19,6 +20,7 @@ class Flatten : public Module {
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim_(start_dim), end_dim_(end_dim) {}
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Flatten"; }
+  std::shared_ptr<Module> clone() const override;
 
  private:
   int64_t start_dim_, end_dim_;

@@ -3,6 +3,7 @@
 #include "nn/linear.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -33,6 +34,14 @@ void Linear::check_input(const Tensor& x) const {
   check_defined(x, "Linear", "x");
   MINIDL_CHECK(x.dim() >= 1 && x.shape().back() == in_features_, name(), ": expected input with last dim ",
                in_features_, ", got shape ", x.shape());
+}
+
+std::shared_ptr<Module> Linear::clone() const {
+  check_clone_is_exact(typeid(Linear), "Linear");
+  Generator scratch;  // the initial values are overwritten: keep the default generator untouched
+  auto copy = std::make_shared<Linear>(in_features_, out_features_, bias.defined(), &scratch);
+  copy->copy_state_from(*this);
+  return copy;
 }
 
 Tensor Linear::forward(const Tensor& x) {

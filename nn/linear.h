@@ -18,6 +18,7 @@ class Linear : public Module {
   // relu(forward(x)) with the relu fused into the GEMM epilogue (Sequential uses it).
   Tensor forward_relu(const Tensor& x);
   std::string name() const override;
+  std::shared_ptr<Module> clone() const override;
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }

@@ -114,6 +114,43 @@ Module& Module::to(Device device) {
   return *this;
 }
 
+std::shared_ptr<Module> Module::clone() const {
+  throw Error(detail::make_message("Module ", name(), ": clone() is not implemented; override clone() in the model, or "
+                                   "derive it from nn::Cloneable<Model> when it is default-constructible (replicating a "
+                                   "model, e.g. for parallel::DataParallel, needs it)"));
+}
+
+void Module::check_clone_is_exact(const std::type_info& layer, const char* layer_name) const {
+  MINIDL_CHECK(typeid(*this) == layer, "Module ", name(), ": clone() is inherited from nn::", layer_name,
+               " and would copy only the ", layer_name, " part; override clone() in the subclass");
+}
+
+void Module::copy_state_from(const Module& source) {
+  std::vector<NamedTensor> own, theirs;
+  collect_parameters("", own, nullptr);
+  collect_buffers("", own, nullptr);
+  source.collect_parameters("", theirs, nullptr);
+  source.collect_buffers("", theirs, nullptr);
+  bool same = own.size() == theirs.size();
+  for (size_t i = 0; same && i < own.size(); ++i)
+    same = own[i].first == theirs[i].first && own[i].second.shape() == theirs[i].second.shape();
+  MINIDL_CHECK(same, "Module ", name(), ": clone() built a module whose parameters and buffers differ from those of ",
+               source.name(), " (names or shapes); its constructor must rebuild the same structure");
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < own.size(); ++i) {
+    move_in_place(own[i].second, theirs[i].second.device());
+    Tensor dst = own[i].second;
+    dst.copy_(theirs[i].second);
+  }
+  copy_training_flags(source);
+}
+
+void Module::copy_training_flags(const Module& source) {
+  training_ = source.training_;
+  for (size_t i = 0; i < children_.size() && i < source.children_.size(); ++i)
+    children_[i].second->copy_training_flags(*source.children_[i].second);
+}
+
 void Module::zero_grad() {
   for (auto& p : parameters()) p.set_grad(Tensor());
 }

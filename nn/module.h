@@ -9,10 +9,12 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "core/generator.h"
 #include "core/tensor.h"
 
 namespace minidl::nn {
@@ -53,6 +55,9 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Gives this module and its children (matched by position) the training flags of `source`
+  // and its children: what a replica does to follow its original (parallel::DataParallel).
+  void copy_training_flags(const Module& source);
 
   // Moves every parameter, buffer and gradient to `device` IN PLACE: each keeps its
   // TensorImpl and gets new storage, so handles held by optimizers stay valid.
@@ -61,6 +66,13 @@ class Module {
   // Sets every parameter's grad to undefined (PyTorch's set_to_none=True).
   void zero_grad();
 
+  // A deep copy: the same structure, parameters and buffers holding the same values in new
+  // storage on the same devices (leaves that require grad, without gradients), the same
+  // training flags. The base throws naming the module: a model implements it, or derives from
+  // nn::Cloneable<Model> when it is default-constructible. parallel::DataParallel builds its
+  // replicas with it.
+  virtual std::shared_ptr<Module> clone() const;
+
   // Parameters and buffers under their dotted names; the tensors are detached views that
   // share storage with the module's.
   StateDict state_dict() const;
@@ -68,6 +80,15 @@ class Module {
   // lists the missing keys and unexpected keys (strict only) and every "key: expected shape
   // X, got Y" (always); nothing is copied when it throws.
   void load_state_dict(const StateDict& sd, bool strict = true);
+
+ protected:
+  // For clone(): gives this module, built with the same structure as `source`, source's
+  // parameter and buffer values and devices, and its training flags (recursively). Throws,
+  // changing nothing, when the names or shapes differ.
+  void copy_state_from(const Module& source);
+  // For clone() of a library layer: a subclass that did not override clone() would be
+  // copied as the base class, so clone() throws instead, naming both.
+  void check_clone_is_exact(const std::type_info& layer, const char* layer_name) const;
 
  private:
   using NamedTensor = std::pair<std::string, Tensor>;
@@ -84,6 +105,29 @@ class Module {
   std::deque<NamedTensor> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+};
+
+// clone() for a default-constructible model: `struct Model : nn::Cloneable<Model> {...}`.
+// The copy is default-constructed (with the default generator's state put back afterwards,
+// so cloning draws no random numbers from it), then given this module's values.
+template <typename Derived>
+class Cloneable : public Module {
+ public:
+  std::shared_ptr<Module> clone() const override {
+    static_assert(std::is_default_constructible_v<Derived>,
+                  "nn::Cloneable<Derived>: Derived must be default-constructible (or override clone())");
+    struct RestoreGenerator {
+      GeneratorState saved = default_generator().state();
+      ~RestoreGenerator() { default_generator().set_state(saved); }
+    };
+    std::shared_ptr<Derived> copy;
+    {
+      RestoreGenerator restore;
+      copy = std::make_shared<Derived>();
+    }
+    copy->copy_state_from(*this);
+    return copy;
+  }
 };
 
 }  // namespace minidl::nn

@@ -1,4 +1,4 @@
-// nn::Sequential: in-order forward with the Linear -> ReLU fusion.
+// nn::Sequential: in-order forward with the Linear -> ReLU fusion, and a layer-by-layer clone.
 #include "nn/sequential.h"
 
 #include <typeinfo>
@@ -21,6 +21,14 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
 std::shared_ptr<Module> Sequential::operator[](size_t i) const {
   MINIDL_CHECK(i < layers_.size(), "Sequential: index ", i, " is out of range for ", layers_.size(), " modules");
   return layers_[i];
+}
+
+std::shared_ptr<Module> Sequential::clone() const {
+  check_clone_is_exact(typeid(Sequential), "Sequential");
+  auto copy = std::make_shared<Sequential>();
+  for (const auto& layer : layers_) copy->push_back(layer->clone());
+  copy->copy_state_from(*this);  // own training flag (the layers' values came with their clones)
+  return copy;
 }
 
 Tensor Sequential::forward(const Tensor& x) {

@@ -23,6 +23,8 @@ class Sequential : public Module {
 
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Sequential"; }
+  // Clones every layer (each must implement clone()).
+  std::shared_ptr<Module> clone() const override;
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;

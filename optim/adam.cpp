@@ -42,6 +42,40 @@ const AdamParamState* Adam::find_state(const Tensor& param) const {
 
 AdamParamState& Adam::state(const Tensor& param) { return state_[param.impl()]; }
 
+std::map<std::string, double> Adam::hyperparameters() const {
+  return {{"beta1", options_.beta1},
+          {"beta2", options_.beta2},
+          {"eps", options_.eps},
+          {"weight_decay", options_.weight_decay}};
+}
+
+Optimizer::ParamState Adam::export_param_state(const Tensor& param) const {
+  ParamState out;
+  const AdamParamState* s = find_state(param);
+  if (s == nullptr || s->step == 0) return out;  // not updated yet: nothing to save
+  out.tensors.emplace("exp_avg", s->exp_avg);
+  out.tensors.emplace("exp_avg_sq", s->exp_avg_sq);
+  out.counters.emplace("step", s->step);
+  return out;
+}
+
+std::string Adam::check_param_state(const ParamState& s) const {
+  const bool complete = s.tensors.count("exp_avg") && s.tensors.count("exp_avg_sq") && s.counters.count("step");
+  if (!complete) return "needs exp_avg, exp_avg_sq and step together";
+  if (s.counters.at("step") == 0) return "step is 0, but moments are given (a state starts at step 1)";
+  return "";
+}
+
+void Adam::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
+  state_.clear();
+  for (auto& [param, s] : states) {
+    AdamParamState& dst = state_[param.impl()];
+    dst.exp_avg = s.tensors.at("exp_avg");
+    dst.exp_avg_sq = s.tensors.at("exp_avg_sq");
+    dst.step = s.counters.at("step");
+  }
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
   for (auto& group : param_groups()) {

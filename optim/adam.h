@@ -41,6 +41,15 @@ class Adam : public Optimizer {
  protected:
   Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled_weight_decay, const char* optimizer);
 
+  // Checkpoint entries: "exp_avg", "exp_avg_sq" and the counter "step", all three or none;
+  // hyperparameters beta1, beta2, eps, weight_decay.
+  std::vector<std::string> state_tensor_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  std::vector<std::string> state_counter_names() const override { return {"step"}; }
+  std::map<std::string, double> hyperparameters() const override;
+  ParamState export_param_state(const Tensor& param) const override;
+  std::string check_param_state(const ParamState& s) const override;
+  void replace_state(std::vector<std::pair<Tensor, ParamState>> states) override;
+
  private:
   AdamOptions options_;
   bool decoupled_weight_decay_;

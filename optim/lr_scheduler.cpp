@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <sstream>
 
 namespace minidl::optim {
 
@@ -23,6 +24,38 @@ void LRScheduler::step() {
   }
 }
 
+LRSchedulerState LRScheduler::state() const {
+  return LRSchedulerState{name(), epoch_, base_lrs_, last_lr_, hyperparameters()};
+}
+
+void LRScheduler::load_state(const LRSchedulerState& s) {
+  std::vector<std::string> problems;
+  if (s.scheduler != name()) problems.push_back("the state was written by " + s.scheduler);
+  if (s.hyperparameters != hyperparameters()) {
+    std::ostringstream os;
+    os << "hyperparameters differ: the state has";
+    for (const auto& [k, v] : s.hyperparameters) os << " " << k << "=" << v;
+    os << ", this scheduler has";
+    for (const auto& [k, v] : hyperparameters()) os << " " << k << "=" << v;
+    problems.push_back(os.str());
+  }
+  const size_t groups = optimizer_.param_groups().size();
+  if (s.base_lrs.size() != groups || s.last_lr.size() != groups) {
+    problems.push_back(detail::make_message("the state has ", s.base_lrs.size(), " base lr(s) and ", s.last_lr.size(),
+                                            " last lr(s), the optimizer has ", groups, " param group(s)"));
+  }
+  if (s.last_epoch < 0) problems.push_back(detail::make_message("last_epoch is negative (", s.last_epoch, ")"));
+  if (!problems.empty()) {
+    std::ostringstream os;
+    os << name() << ": load_state failed (nothing was loaded): ";
+    for (size_t i = 0; i < problems.size(); ++i) os << (i ? "; " : "") << problems[i];
+    throw Error(os.str());
+  }
+  epoch_ = s.last_epoch;
+  base_lrs_ = s.base_lrs;
+  last_lr_ = s.last_lr;
+}
+
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
   MINIDL_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
@@ -31,6 +64,10 @@ StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
 
 double StepLR::lr_at(int64_t t, double base_lr) const {
   return base_lr * std::pow(gamma_, static_cast<double>(t / step_size_));
+}
+
+std::map<std::string, double> StepLR::hyperparameters() const {
+  return {{"step_size", static_cast<double>(step_size_)}, {"gamma", gamma_}};
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
@@ -42,6 +79,10 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double
 double CosineAnnealingLR::lr_at(int64_t t, double base_lr) const {
   const double phase = std::numbers::pi * static_cast<double>(t) / static_cast<double>(t_max_);
   return eta_min_ + (base_lr - eta_min_) * (1.0 + std::cos(phase)) / 2.0;
+}
+
+std::map<std::string, double> CosineAnnealingLR::hyperparameters() const {
+  return {{"t_max", static_cast<double>(t_max_)}, {"eta_min", eta_min_}};
 }
 
 }  // namespace minidl::optim

@@ -3,15 +3,26 @@
 //   StepLR:            lr = base · γ^floor(t / step_size)
 //   CosineAnnealingLR: lr = η_min + (base - η_min) · (1 + cos(π·t / T_max)) / 2
 // Construction leaves the lrs as they are (t = 0 gives base_lr). A scheduler keeps a
-// reference to its optimizer, which must outlive it.
+// reference to its optimizer, which must outlive it. state()/load_state() carry the epoch
+// counter and lrs through a checkpoint.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "optim/optimizer.h"
 
 namespace minidl::optim {
+
+// A scheduler's position in checkpoint form.
+struct LRSchedulerState {
+  std::string scheduler;                          // "StepLR", "CosineAnnealingLR"
+  int64_t last_epoch = 0;                         // steps taken (t)
+  std::vector<double> base_lrs, last_lr;          // one per param group
+  std::map<std::string, double> hyperparameters;  // step_size and gamma, or t_max and eta_min
+};
 
 class LRScheduler {
  public:
@@ -22,10 +33,18 @@ class LRScheduler {
   std::vector<double> last_lr() const { return last_lr_; }
   int64_t last_epoch() const { return epoch_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
+  virtual std::string name() const = 0;
+
+  LRSchedulerState state() const;
+  // Continues from `s`: its epoch counter, base and last lrs. Refuses (changing nothing) a state
+  // of another scheduler, with other hyperparameters, or another number of param groups. The
+  // groups' lrs themselves come back with the optimizer's state (Optimizer::load_state_dict).
+  void load_state(const LRSchedulerState& s);
 
  protected:
   explicit LRScheduler(Optimizer& optimizer);
   virtual double lr_at(int64_t t, double base_lr) const = 0;
+  virtual std::map<std::string, double> hyperparameters() const = 0;
 
  private:
   Optimizer& optimizer_;
@@ -37,9 +56,11 @@ class LRScheduler {
 class StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  std::string name() const override { return "StepLR"; }
 
  protected:
   double lr_at(int64_t t, double base_lr) const override;
+  std::map<std::string, double> hyperparameters() const override;
 
  private:
   int64_t step_size_;
@@ -49,9 +70,11 @@ class StepLR : public LRScheduler {
 class CosineAnnealingLR : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0);
+  std::string name() const override { return "CosineAnnealingLR"; }
 
  protected:
   double lr_at(int64_t t, double base_lr) const override;
+  std::map<std::string, double> hyperparameters() const override;
 
  private:
   int64_t t_max_;

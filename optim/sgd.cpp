@@ -32,6 +32,33 @@ const SGDParamState* SGD::find_state(const Tensor& param) const {
 
 SGDParamState& SGD::state(const Tensor& param) { return state_[param.impl()]; }
 
+std::map<std::string, double> SGD::hyperparameters() const {
+  return {{"momentum", options_.momentum},
+          {"dampening", options_.dampening},
+          {"weight_decay", options_.weight_decay},
+          {"nesterov", options_.nesterov ? 1.0 : 0.0}};
+}
+
+Optimizer::ParamState SGD::export_param_state(const Tensor& param) const {
+  ParamState out;
+  if (const SGDParamState* s = find_state(param); s != nullptr && s->momentum_buffer.defined())
+    out.tensors.emplace("momentum_buffer", s->momentum_buffer);
+  return out;
+}
+
+std::string SGD::check_param_state(const ParamState& s) const {
+  if (!s.tensors.empty() && options_.momentum == 0) return "a momentum buffer, but this SGD has momentum 0";
+  return "";
+}
+
+void SGD::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
+  state_.clear();
+  for (auto& [param, s] : states) {
+    auto it = s.tensors.find("momentum_buffer");
+    if (it != s.tensors.end()) state_[param.impl()].momentum_buffer = it->second;
+  }
+}
+
 void SGD::step() {
   NoGradGuard no_grad;
   for (auto& group : param_groups()) {

@@ -37,6 +37,16 @@ class SGD : public Optimizer {
   // Creates the (empty) state when missing, so a checkpoint loader can fill it in.
   SGDParamState& state(const Tensor& param);
 
+ protected:
+  // Checkpoint entries: "momentum_buffer" (absent until the first step with momentum);
+  // hyperparameters momentum, dampening, weight_decay, nesterov (0 or 1).
+  std::vector<std::string> state_tensor_names() const override { return {"momentum_buffer"}; }
+  std::vector<std::string> state_counter_names() const override { return {}; }
+  std::map<std::string, double> hyperparameters() const override;
+  ParamState export_param_state(const Tensor& param) const override;
+  std::string check_param_state(const ParamState& s) const override;
+  void replace_state(std::vector<std::pair<Tensor, ParamState>> states) override;
+
  private:
   SGDOptions options_;
   std::map<const TensorImpl*, SGDParamState> state_;  // keyed by parameter identity

@@ -6,9 +6,18 @@
 // ([KC][MR], 64-byte aligned) and B into NR-column strips ([KC][NR]); a register-tiled
 // micro-kernel then computes each MR×NR tile of C with MR·NR/VL vector accumulators. The
 // micro-kernel is written with GCC vector types, so the compiler emits AVX-512 (or AVX2) FMAs
-// for float and double without intrinsics. OpenMP splits the NR strips of each block across
-// threads (so even M = 128 uses every core). Tiny problems (the seed model's 10×10×5) take a
+// for float and double without intrinsics. Tiny problems (the seed model's 10×10×5) take a
 // direct loop: packing would cost more than the math.
+//
+// Threads: C is cut into one block of whole NR-column strips per thread (or of MR-row strips
+// when N has too few strips), and each thread runs the serial algorithm on its block with its
+// own packing buffers. The only synchronisation is the end of the one parallel region: no
+// barrier per K block, which matters for the MLP's small GEMMs (M = 64) and on a loaded
+// machine, where a barrier waits for whichever thread the OS has descheduled. Every element of
+// C sees the same sequence of K blocks and micro-kernel sums whatever the split, so the result
+// does not depend on the thread count.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -59,7 +68,6 @@ template <typename T>
 void pack_a(const GemmArgs<T>& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, T* dst) {
   constexpr int MR = Tile<T>::MR;
   const int64_t strips = (mc + MR - 1) / MR;
-#pragma omp for schedule(static)
   for (int64_t s = 0; s < strips; ++s) {
     T* out = dst + s * kc * MR;
     const int64_t rows = std::min<int64_t>(MR, mc - s * MR);
@@ -77,7 +85,6 @@ template <typename T>
 void pack_b(const GemmArgs<T>& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, T* dst) {
   constexpr int NR = Tile<T>::NR;
   const int64_t strips = (nc + NR - 1) / NR;
-#pragma omp for schedule(static)
   for (int64_t s = 0; s < strips; ++s) {
     T* out = dst + s * kc * NR;
     const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
@@ -119,25 +126,29 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
   }
 }
 
-// Writes one MR×NR accumulator tile into C (clipped to rows × cols) with the epilogue.
+// Writes one MR×NR accumulator tile into C (clipped to rows × cols) with the epilogue. The
+// branches are hoisted out of the column loops so that each loop is one vector pass; the
+// arithmetic per element is still alpha·acc (+ beta·C + bias on the first K block, + C after).
 template <typename T>
 void store_tile(const GemmArgs<T>& g, const T* acc, int64_t i0, int64_t j0, int64_t rows, int64_t cols, bool first_k,
                 bool last_k) {
   constexpr int NR = Tile<T>::NR;
+  const T alpha = g.alpha, beta = g.beta;
+  const T* bias = g.bias ? g.bias + j0 : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
-    T* c = g.c + (i0 + r) * g.ldc + j0;
-    const T* a = acc + r * NR;
-    for (int64_t j = 0; j < cols; ++j) {
-      T v = g.alpha * a[j];
-      if (first_k) {
-        if (g.beta != T(0)) v += g.beta * c[j];
-        if (g.bias) v += g.bias[j0 + j];
-      } else {
-        v += c[j];
-      }
-      if (last_k && g.relu && v < T(0)) v = T(0);
-      c[j] = v;
+    T* __restrict c = g.c + (i0 + r) * g.ldc + j0;
+    const T* __restrict a = acc + r * NR;
+    if (!first_k) {
+      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * a[j] + c[j];
+    } else if (beta != T(0)) {
+      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * a[j] + beta * c[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * a[j];
     }
+    if (first_k && bias)
+      for (int64_t j = 0; j < cols; ++j) c[j] += bias[j];
+    if (last_k && g.relu)
+      for (int64_t j = 0; j < cols; ++j) c[j] = c[j] < T(0) ? T(0) : c[j];
   }
 }
 
@@ -159,46 +170,87 @@ void gemm_small(const GemmArgs<T>& g) {
   }
 }
 
+// This thread's packing buffers, kept between calls (each is a few hundred KiB to 2 MiB).
 template <typename T>
-void gemm_blocked(const GemmArgs<T>& g) {
+struct PackBuffers {
+  std::unique_ptr<T, AlignedFree> a = aligned_buffer<T>(Tile<T>::MC * Tile<T>::KC);
+  std::unique_ptr<T, AlignedFree> b = aligned_buffer<T>(Tile<T>::KC * (Tile<T>::NC + Tile<T>::NR));
+};
+
+template <typename T>
+PackBuffers<T>& pack_buffers() {
+  thread_local PackBuffers<T> buffers;
+  return buffers;
+}
+
+// The serial blocked algorithm over all of `g` (one thread's block of C).
+template <typename T>
+void gemm_serial(const GemmArgs<T>& g) {
   using Tl = Tile<T>;
   constexpr int MR = Tl::MR, NR = Tl::NR;
-  auto a_pack = aligned_buffer<T>(Tl::MC * Tl::KC);
-  auto b_pack = aligned_buffer<T>(Tl::KC * (Tl::NC + NR));
-  T* ap = a_pack.get();
-  T* bp = b_pack.get();
-  // The body's `omp for` loops also run orphaned (one thread) when no team is started:
-  // mid-size problems skip the cost of starting one.
-  auto body = [&] {
-    alignas(64) T acc[MR * NR];
-    for (int64_t j0 = 0; j0 < g.n; j0 += Tl::NC) {
-      const int64_t nc = std::min(Tl::NC, g.n - j0);
-      const int64_t n_strips = (nc + NR - 1) / NR;
-      for (int64_t p0 = 0; p0 < g.k; p0 += Tl::KC) {
-        const int64_t kc = std::min(Tl::KC, g.k - p0);
-        const bool first_k = p0 == 0, last_k = p0 + kc >= g.k;
-        pack_b(g, p0, kc, j0, nc, bp);  // implicit barrier at the end of the omp for
-        for (int64_t i0 = 0; i0 < g.m; i0 += Tl::MC) {
-          const int64_t mc = std::min(Tl::MC, g.m - i0);
-          const int64_t m_strips = (mc + MR - 1) / MR;
-          pack_a(g, i0, mc, p0, kc, ap);
-#pragma omp for schedule(static) collapse(2)
-          for (int64_t sj = 0; sj < n_strips; ++sj) {
-            for (int64_t si = 0; si < m_strips; ++si) {
-              micro_kernel<T>(kc, ap + si * kc * MR, bp + sj * kc * NR, acc);
-              store_tile(g, acc, i0 + si * MR, j0 + sj * NR, std::min<int64_t>(MR, mc - si * MR),
-                         std::min<int64_t>(NR, nc - sj * NR), first_k, last_k);
-            }
+  PackBuffers<T>& buffers = pack_buffers<T>();
+  T* ap = buffers.a.get();
+  T* bp = buffers.b.get();
+  alignas(64) T acc[MR * NR];
+  for (int64_t j0 = 0; j0 < g.n; j0 += Tl::NC) {
+    const int64_t nc = std::min(Tl::NC, g.n - j0);
+    const int64_t n_strips = (nc + NR - 1) / NR;
+    for (int64_t p0 = 0; p0 < g.k; p0 += Tl::KC) {
+      const int64_t kc = std::min(Tl::KC, g.k - p0);
+      const bool first_k = p0 == 0, last_k = p0 + kc >= g.k;
+      pack_b(g, p0, kc, j0, nc, bp);  // [kc, nc] as n_strips strips of [kc][NR]
+      for (int64_t i0 = 0; i0 < g.m; i0 += Tl::MC) {
+        const int64_t mc = std::min(Tl::MC, g.m - i0);
+        const int64_t m_strips = (mc + MR - 1) / MR;
+        pack_a(g, i0, mc, p0, kc, ap);  // [mc, kc] as m_strips strips of [kc][MR]
+        for (int64_t sj = 0; sj < n_strips; ++sj) {
+          for (int64_t si = 0; si < m_strips; ++si) {
+            micro_kernel<T>(kc, ap + si * kc * MR, bp + sj * kc * NR, acc);
+            store_tile(g, acc, i0 + si * MR, j0 + sj * NR, std::min<int64_t>(MR, mc - si * MR),
+                       std::min<int64_t>(NR, nc - sj * NR), first_k, last_k);
           }
         }
       }
     }
-  };
-  if (g.m * g.n * g.k > (int64_t{1} << 18)) {
-#pragma omp parallel
-    body();
+  }
+}
+
+// Block `part` of `parts` of C: whole NR-column strips when there are enough of them, else
+// whole MR-row strips; the strips are dealt out as evenly as they go.
+template <typename T>
+GemmArgs<T> block_of(const GemmArgs<T>& g, int part, int parts, bool split_columns) {
+  constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
+  const int64_t unit = split_columns ? NR : MR, extent = split_columns ? g.n : g.m;
+  const int64_t strips = (extent + unit - 1) / unit;
+  const int64_t begin = std::min(extent, strips * part / parts * unit);
+  const int64_t end = std::min(extent, strips * (part + 1) / parts * unit);
+  GemmArgs<T> sub = g;
+  if (split_columns) {
+    sub.n = end - begin;
+    sub.b = g.b + begin * g.cs_b;
+    sub.c = g.c + begin;
+    if (g.bias) sub.bias = g.bias + begin;
   } else {
-    body();
+    sub.m = end - begin;
+    sub.a = g.a + begin * g.rs_a;
+    sub.c = g.c + begin * g.ldc;
+  }
+  return sub;
+}
+
+template <typename T>
+void gemm_blocked(const GemmArgs<T>& g) {
+  constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
+  // Mid-size problems stay on the calling thread: a thread team would cost more than it saves.
+  const int threads = g.m * g.n * g.k > (int64_t{1} << 18) ? omp_get_max_threads() : 1;
+  const int64_t col_strips = (g.n + NR - 1) / NR, row_strips = (g.m + MR - 1) / MR;
+  const bool split_columns = col_strips >= threads || col_strips >= row_strips;
+  const int parts = static_cast<int>(std::min<int64_t>(threads, split_columns ? col_strips : row_strips));
+  if (parts <= 1) return gemm_serial(g);
+#pragma omp parallel num_threads(parts)
+  {
+    const GemmArgs<T> sub = block_of(g, omp_get_thread_num(), omp_get_num_threads(), split_columns);
+    if (sub.m > 0 && sub.n > 0) gemm_serial(sub);
   }
 }
 

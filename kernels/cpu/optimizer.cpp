@@ -19,15 +19,39 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
     const T damp = static_cast<T>(1.0 - cfg.dampening);
     const bool use_momentum = cfg.momentum != 0.0 && buf != nullptr;
     const int64_t n = param.numel();
-    parallel_for(n, [&](int64_t i) {
-      T d = g[i] + wd * p[i];
-      if (use_momentum) {
-        const T b = cfg.first_step ? d : mu * buf[i] + damp * d;
-        buf[i] = b;
-        d = cfg.nesterov ? d + mu * b : b;
+    // One loop per case, so that no branch is left inside (each loop is one vector pass);
+    // the arithmetic per element is the rule above, in the same order in every case.
+    if (!use_momentum) {
+      parallel_for(n, [=](int64_t i) { p[i] -= lr * (g[i] + wd * p[i]); });
+    } else if (cfg.first_step) {
+      if (cfg.nesterov) {
+        parallel_for(n, [=](int64_t i) {
+          const T d = g[i] + wd * p[i];
+          buf[i] = d;
+          p[i] -= lr * (d + mu * d);
+        });
+      } else {
+        parallel_for(n, [=](int64_t i) {
+          const T d = g[i] + wd * p[i];
+          buf[i] = d;
+          p[i] -= lr * d;
+        });
       }
-      p[i] -= lr * d;
-    });
+    } else if (cfg.nesterov) {
+      parallel_for(n, [=](int64_t i) {
+        const T d = g[i] + wd * p[i];
+        const T b = mu * buf[i] + damp * d;
+        buf[i] = b;
+        p[i] -= lr * (d + mu * b);
+      });
+    } else {
+      parallel_for(n, [=](int64_t i) {
+        const T d = g[i] + wd * p[i];
+        const T b = mu * buf[i] + damp * d;
+        buf[i] = b;
+        p[i] -= lr * b;
+      });
+    }
   });
 }
 

@@ -1,5 +1,6 @@
 // The autograd engine: accumulation where a tensor is used twice, retain_graph, NoGradGuard,
-// detach, leaf gradient accumulation across backward calls, and gradient-ready hooks.
+// detach, leaf gradient accumulation across backward calls, gradient-ready hooks and the
+// callbacks a hook queues for the end of backward.
 #include <catch2/catch.hpp>
 
 #include "core/autograd.h"
@@ -88,4 +89,50 @@ TEST_CASE("only leaves that require grad get gradients, and intermediate nodes a
   CHECK(a.grad().defined());
   CHECK_FALSE(c.grad().defined());
   CHECK_THROWS_AS(randint(0, 3, {2}).requires_grad_(), Error);
+}
+
+TEST_CASE("a callback queued from a hook runs after every leaf got its gradient, before backward returns",
+          "[core][autograd]") {
+  Tensor w1 = from_vector<double>({1.0, 2.0}).requires_grad_();
+  Tensor w2 = from_vector<double>({3.0}).requires_grad_();
+  std::vector<std::string> order;
+  bool queued = false;
+  auto hook = [&](const char* name) {
+    return [&, name](const Tensor&) {
+      order.push_back(name);
+      if (!queued) {
+        queued = true;
+        autograd::queue_callback([&] {
+          order.push_back("callback");
+          CHECK(w1.grad().defined());
+          CHECK(w2.grad().defined());
+          CHECK_FALSE(grad_mode_enabled());  // callbacks run under no-grad like the rest of backward
+          autograd::queue_callback([&] { order.push_back("queued by the callback"); });
+        });
+      }
+    };
+  };
+  w1.register_hook(hook("w1"));
+  w2.register_hook(hook("w2"));
+  ops::sum(w1 * w2).backward();
+  REQUIRE(order.size() == 4);
+  CHECK(order[2] == "callback");
+  CHECK(order[3] == "queued by the callback");
+  CHECK(grad_mode_enabled());
+
+  // The queue belongs to one backward: the next one starts empty.
+  order.clear();
+  queued = true;
+  ops::sum(w1 * w2).backward();
+  CHECK(order.size() == 2);
+}
+
+TEST_CASE("queue_callback outside a backward pass is a clear error, and a throwing callback surfaces from backward",
+          "[core][autograd]") {
+  CHECK_THROWS_WITH(autograd::queue_callback([] {}), Catch::Contains("no backward pass is running"));
+  Tensor w = from_vector<double>({1.0}).requires_grad_();
+  w.register_hook([](const Tensor&) { autograd::queue_callback([] { throw Error("callback failed"); }); });
+  CHECK_THROWS_WITH(ops::sum(w * 2.0).backward(), Catch::Contains("callback failed"));
+  // The failed pass left no queue behind.
+  CHECK_THROWS_WITH(autograd::queue_callback([] {}), Catch::Contains("no backward pass is running"));
 }

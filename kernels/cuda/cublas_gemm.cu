@@ -1,0 +1,85 @@
+// The cuBLAS baseline of the CUDA GEMM: the same row-major problem as gemm.cu (gemm.cuh,
+// GemmProblem) through cublasSgemm in plain fp32, then bias and ReLU in a small epilogue kernel.
+//
+// Note [row-major through column-major cuBLAS]
+// cuBLAS reads matrices column-major. A row-major matrix X [r, c] with row stride ld occupies
+// exactly the bytes of a column-major [c, r] matrix with leading dimension ld, that is, of Xᵀ.
+// So the row-major C[M, N] is, to cuBLAS, Cᵀ [N, M] with ldc, and we ask for
+//     Cᵀ = (op(A) · op(B))ᵀ = op(B)ᵀ · op(A)ᵀ,
+// an (N × K)·(K × M) product: cuBLAS's first operand is our B, its second our A, m = N, n = M.
+// The stored B is, to cuBLAS, Bᵀ when it is [K, N] — already op(B)ᵀ, so CUBLAS_OP_N — and
+// (Bᵀ)ᵀ = op(B) when it is [N, K] (trans_b), which needs CUBLAS_OP_T; likewise for A. The
+// leading dimensions pass through unchanged. No data moves.
+//
+// Precision: the handle (CudaBackend::cublas) keeps CUBLAS_DEFAULT_MATH, so cublasSgemm computes
+// in fp32 (CUBLAS_COMPUTE_32F) without TF32 tensor cores: the honest baseline for an fp32 kernel.
+//
+// bias_activation: C[i, j] = act((accumulate ? C[i, j] : 0) + bias[j]) over [m, n] with row
+// stride ldc. Blocks of 32×8 threads: x runs along a row (coalesced), y over rows; both loops
+// grid-stride so any m, n fit the grid limits.
+#include "kernels/cuda/gemm.cuh"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+
+namespace minidl::cuda {
+
+namespace {
+
+constexpr int kEpilogueCols = 32;  // threads along a row
+constexpr int kEpilogueRows = 8;   // rows per block pass
+
+// ---- kernels ----
+
+__global__ void bias_activation_kernel(float* __restrict__ c, int64_t m, int64_t n, int64_t ldc,
+                                       const float* __restrict__ bias, bool relu, bool accumulate) {
+  for (int64_t i = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; i < m;
+       i += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+    float* row = c + i * ldc;  // row i of C [m, n]
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float v = accumulate ? row[j] : 0.0f;
+      if (bias != nullptr) v += bias[j];
+      if (relu && v < 0.0f) v = 0.0f;  // NaN stays NaN, as on the CPU
+      row[j] = v;
+    }
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void bias_activation(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias, bool relu, bool accumulate,
+                     cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  if (accumulate && bias == nullptr && !relu) return;  // identity
+  const dim3 block(kEpilogueCols, kEpilogueRows);
+  const int64_t grid_x = std::min<int64_t>(ceil_div(n, kEpilogueCols), 1024);
+  const int64_t grid_y = std::min<int64_t>(ceil_div(m, kEpilogueRows), 65535);
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+  bias_activation_kernel<<<grid, block, 0, stream>>>(c, m, n, ldc, bias, relu, accumulate);
+  MINIDL_LAUNCH_CHECK();
+}
+
+void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stream) {
+  MINIDL_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1, "cublas_sgemm: M, N, K must be >= 1 (got ", p.m, ", ", p.n, ", ",
+               p.k, "); empty products are handled by the caller");
+  MINIDL_CHECK(p.m <= kMaxGemmDim && p.n <= kMaxGemmDim && p.k <= kMaxGemmDim && p.lda <= INT_MAX &&
+                   p.ldb <= INT_MAX && p.ldc <= INT_MAX,
+               "cublas_sgemm: M, N, K = ", p.m, ", ", p.n, ", ", p.k, " and leading dimensions ", p.lda, ", ", p.ldb,
+               ", ", p.ldc, " must fit cuBLAS's int (dimensions up to ", kMaxGemmDim, ")");
+  const float one = 1.0f, zero = 0.0f;
+  // Note [row-major through column-major cuBLAS]: Cᵀ[N, M] = op(B)ᵀ · op(A)ᵀ.
+  MINIDL_CUBLAS_CHECK(cublasSgemm(handle, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), &one, p.b,
+                                  static_cast<int>(p.ldb), p.a, static_cast<int>(p.lda), &zero, p.c,
+                                  static_cast<int>(p.ldc)));
+  bias_activation(p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/true, stream);
+}
+
+}  // namespace minidl::cuda

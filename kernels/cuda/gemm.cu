@@ -1,0 +1,424 @@
+// The hand-written SGEMM of the CUDA backend, with the bias and ReLU fused into its epilogue.
+//
+// Math:   C[M, N] = act(op(A) · op(B) + bias),  C[i, j] = act(Σ_p op(A)[i, p] · op(B)[p, j] + bias[j])
+// Shapes: row-major float32 with leading dimensions (gemm.cuh, GemmProblem): A is [M, K] or,
+//         transposed, [K, M]; B is [K, N] or [N, K]; bias [N] or none; any M, N, K >= 1.
+//
+// Strategy (one thread block per BM×BN tile of C, 1-D grid, M tiles fastest):
+//   - K is walked in steps of BK. Each step stages op(A)[BM, BK] and op(B)[BK, BN] in shared
+//     memory, both stored k-major ([BK][BM] and [BK][BN], rows padded by 4 floats) so that the
+//     inner loop reads a row of each. Transposes live in the load pattern only: an operand whose
+//     memory runs along k (A, or Bᵀ) is read as float4 along k and scattered into 4 shared rows;
+//     one whose memory runs along M or N (Aᵀ, or B) is read as float4 along M/N and stored as is.
+//   - Double buffering: while the block computes on one shared buffer, each thread holds the next
+//     step's float4s in registers and writes them to the other buffer afterwards; one
+//     __syncthreads per K step.
+//   - Warp tiling: the block tile is split into WARPS_M × WARPS_N warp tiles of WM×WN. A warp tile
+//     is covered in WMITER × WNITER sub-tiles of 32×16; in each, the 32 lanes form an 8×4 grid and
+//     own 4×4 outputs. A thread therefore keeps (4·WMITER)×(4·WNITER) accumulators in registers
+//     (8×8 in the large tile) and per k reads WMITER + WNITER float4s from shared memory: 8 lanes
+//     read 8 distinct A float4s (128 contiguous bytes, no bank conflict), 4 read distinct B ones.
+//   - Global loads are 16-byte float4s when the operand's pointer is 16-byte aligned, its leading
+//     dimension a multiple of 4, and the 4 elements are inside the matrix; otherwise (edges, K
+//     tails, odd leading dimensions, offset views) a guarded scalar path reads what exists and
+//     zero-fills the rest, so the inner loop never branches and padding adds 0·0 terms only.
+//   - Epilogue: + bias[j], ReLU, and a guarded store (float4 when C allows, scalar otherwise).
+//
+// Tile configurations, picked by native_gemm_plan. Heuristic on the tile count of C (M·N): the
+// largest tile that still gives at least one block per multiprocessor, else the smallest:
+//   Large  128×128×8,  256 threads = 8 warps (2×4) of 64×32, 8×8 outputs per thread
+//   Medium  64×64×16,  128 threads = 4 warps (2×2) of 32×32, 4×8 outputs per thread
+//   Small   32×32×16,   64 threads = 2 warps (1×2) of 32×16, 4×4 outputs per thread
+// e.g. 4096² → Large (1024 tiles); 1024² → Medium (256 tiles); the MLP's 128×256, 128×128 and
+// 128×10 → Small (32, 16 and 4 tiles). Shared memory (two buffers): 16.5, 17 and 9 KiB.
+//
+// Split K: when even the small tile fills at most half the multiprocessors and K >= 2·128, K is
+// cut into S = min(ceil(SMs / tiles), K / 128, 16) slices (each a multiple of BK, at least 128
+// long): grid.y = S, slice s writes its partial product to workspace [S, M, N], and
+// splitk_reduce_kernel adds the S partials in order, then bias and ReLU. The MLP's 128×256×784
+// becomes 5 slices of 160 (160 blocks instead of 32).
+//
+// Determinism: every output (or partial) is one thread's sequential sum over k in a fixed order,
+// and the split count depends only on the shape and the device's multiprocessor count.
+#include "kernels/cuda/gemm.cuh"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+
+namespace minidl::cuda {
+
+namespace {
+
+// Shared-memory rows are padded by 4 floats: rows stay 16-byte aligned for float4 reads, and
+// the k-scattered stores of a warp (16 rows × 2 k-groups in the large tile) hit 32 banks.
+constexpr int kSmemPad = 4;
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int WMITER_, int WNITER_, int MIN_BLOCKS_>
+struct TileConfig {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_;  // block tile and K step
+  static constexpr int WM = WM_, WN = WN_;            // warp tile
+  static constexpr int WMITER = WMITER_, WNITER = WNITER_;
+  static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
+  static constexpr int THREADS = WARPS_M * WARPS_N * kWarpSize;
+  static constexpr int SUB_M = WM / WMITER, SUB_N = WN / WNITER;  // one pass of a warp's 32 lanes
+  static constexpr int LANES_M = SUB_M / 4, LANES_N = SUB_N / 4;  // lane grid, 4×4 outputs each
+  static constexpr int TM = 4 * WMITER, TN = 4 * WNITER;          // outputs per thread
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;                  // caps registers at 128
+  static constexpr int LDS_A = BM + kSmemPad, LDS_B = BN + kSmemPad;
+
+  static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the block tile");
+  static_assert(WM % WMITER == 0 && WN % WNITER == 0, "sub-tiles must cover the warp tile");
+  static_assert(LANES_M * LANES_N == kWarpSize, "a sub-tile is 32 lanes of 4x4 outputs");
+  static_assert(BK % 4 == 0 && BM % 4 == 0 && BN % 4 == 0, "float4 loads need multiples of 4");
+  static_assert((BM * BK / 4) % THREADS == 0 && (BN * BK / 4) % THREADS == 0, "loads must split evenly");
+};
+
+using LargeTile = TileConfig<128, 128, 8, 64, 32, 2, 2, 2>;
+using MediumTile = TileConfig<64, 64, 16, 32, 32, 1, 2, 4>;
+using SmallTile = TileConfig<32, 32, 16, 32, 16, 1, 1, 8>;
+
+// Everything a launch needs, by value in the kernel's parameter space.
+struct SgemmArgs {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* c = nullptr;
+  const float* bias = nullptr;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int m = 0, n = 0, k = 0;
+  int tiles_m = 0;  // blocks along M; block x computes tile (x % tiles_m, x / tiles_m)
+  int k_split = 0;  // K values per slice; block y takes k in [y·k_split, min(K, (y+1)·k_split))
+  int64_t split_stride = 0;  // elements between the outputs of consecutive slices (0: one slice)
+  bool relu = false;
+  bool vec_a = false, vec_b = false, vec_c = false;  // float4 global access allowed
+};
+
+// ---- kernels ----
+
+// One operand's slice of a K step: X rows of M (for A) or N (for B) by BK values of k, moved
+// global -> registers (load) -> shared memory (store) as THREADS threads' float4s.
+// K_CONTIG: memory runs along k (A, or Bᵀ): slot s is row x = s / (BK/4), k = 4·(s % (BK/4)),
+//           and is scattered into shared rows k..k+3 at column x.
+// otherwise memory runs along x (Aᵀ, or B): slot s is k = s / (X/4), x = 4·(s % (X/4)), stored
+//           as one float4 into shared row k. Consecutive threads read consecutive addresses.
+template <int X, int BK, int THREADS, bool K_CONTIG>
+struct OperandTile {
+  static constexpr int kVecs = X * BK / 4 / THREADS;
+  static constexpr int kLds = X + kSmemPad;
+  float4 v[kVecs];
+
+  __device__ static void slot(int s, int& x, int& kk) {
+    if constexpr (K_CONTIG) {
+      x = s / (BK / 4);
+      kk = (s % (BK / 4)) * 4;
+    } else {
+      kk = s / (X / 4);
+      x = (s % (X / 4)) * 4;
+    }
+  }
+
+  // `base` points at element (x = 0, k = 0) of this slice; x_left / k_left are how many rows /
+  // k values of the matrix remain from there (may exceed X / BK). Outside them: zeros.
+  __device__ void load(const float* __restrict__ base, int64_t ld, int x_left, int k_left, bool vec, int tid) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      int x, kk;
+      slot(tid + i * THREADS, x, kk);
+      const float* p = K_CONTIG ? base + x * ld + kk : base + kk * ld + x;
+      const bool line_ok = K_CONTIG ? x < x_left : kk < k_left;  // the row of memory exists
+      const int run = K_CONTIG ? k_left - kk : x_left - x;         // elements left along it
+      if (vec && line_ok && run >= 4) {
+        v[i] = *reinterpret_cast<const float4*>(p);  // aligned: checked on the host (vec)
+      } else {
+        v[i].x = line_ok && run > 0 ? p[0] : 0.0f;
+        v[i].y = line_ok && run > 1 ? p[1] : 0.0f;
+        v[i].z = line_ok && run > 2 ? p[2] : 0.0f;
+        v[i].w = line_ok && run > 3 ? p[3] : 0.0f;
+      }
+    }
+  }
+
+  __device__ void store(float* __restrict__ smem, int tid) const {  // smem: tile [BK, X + pad]
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      int x, kk;
+      slot(tid + i * THREADS, x, kk);
+      if constexpr (K_CONTIG) {
+        smem[(kk + 0) * kLds + x] = v[i].x;
+        smem[(kk + 1) * kLds + x] = v[i].y;
+        smem[(kk + 2) * kLds + x] = v[i].z;
+        smem[(kk + 3) * kLds + x] = v[i].w;
+      } else {
+        *reinterpret_cast<float4*>(smem + kk * kLds + x) = v[i];
+      }
+    }
+  }
+};
+
+template <class Cfg, bool TRANS_A, bool TRANS_B>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_kernel(const SgemmArgs args) {
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+  constexpr int LDS_A = Cfg::LDS_A, LDS_B = Cfg::LDS_B;
+  constexpr int TM = Cfg::TM, TN = Cfg::TN;
+  __shared__ __align__(16) float a_smem[2][BK * LDS_A];  // tile [BK, BM] (+pad) in shared memory, two buffers
+  __shared__ __align__(16) float b_smem[2][BK * LDS_B];  // tile [BK, BN] (+pad) in shared memory, two buffers
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tile_m = static_cast<int>(blockIdx.x % static_cast<unsigned>(args.tiles_m));
+  const int tile_n = static_cast<int>(blockIdx.x / static_cast<unsigned>(args.tiles_m));
+  const int m0 = tile_m * BM, n0 = tile_n * BN;  // block tile origin in C
+  const int m_left = args.m - m0, n_left = args.n - n0;
+  const int k_begin = static_cast<int>(blockIdx.y) * args.k_split;  // this block's slice of K
+  const int k_len = min(args.k - k_begin, args.k_split);
+  float* const c = args.c + blockIdx.y * args.split_stride;  // C, or this slice's partial
+
+  // Which outputs this thread owns: warp tile (warp_m, warp_n), lane (lane_m, lane_n) in each
+  // 32×16 sub-tile; local row of accumulator i·4 + r is warp_m·WM + i·SUB_M + lane_m·4 + r.
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
+  const int lane_m = lane / Cfg::LANES_N, lane_n = lane % Cfg::LANES_N;
+  const int row_base = warp_m * Cfg::WM + lane_m * 4;  // + i·SUB_M + r
+  const int col_base = warp_n * Cfg::WN + lane_n * 4;  // + j·SUB_N + q
+
+  // Slice origins at k = k_begin and their step per K tile: A [M, K] (or Aᵀ stored [K, M]),
+  // B [K, N] (or Bᵀ stored [N, K]).
+  const float* a_slice = TRANS_A ? args.a + static_cast<int64_t>(k_begin) * args.lda + m0
+                                 : args.a + static_cast<int64_t>(m0) * args.lda + k_begin;
+  const float* b_slice = TRANS_B ? args.b + static_cast<int64_t>(n0) * args.ldb + k_begin
+                                 : args.b + static_cast<int64_t>(k_begin) * args.ldb + n0;
+  const int64_t a_step = TRANS_A ? BK * args.lda : BK;
+  const int64_t b_step = TRANS_B ? BK : BK * args.ldb;
+
+  OperandTile<BM, BK, Cfg::THREADS, !TRANS_A> a_tile;
+  OperandTile<BN, BK, Cfg::THREADS, TRANS_B> b_tile;
+
+  float acc[TM][TN];  // outputs [TM, TN] in registers
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+  const int k_tiles = (k_len + BK - 1) / BK;
+  a_tile.load(a_slice, args.lda, m_left, k_len, args.vec_a, tid);
+  b_tile.load(b_slice, args.ldb, n_left, k_len, args.vec_b, tid);
+  a_tile.store(a_smem[0], tid);
+  b_tile.store(b_smem[0], tid);
+  __syncthreads();
+
+  for (int t = 0; t < k_tiles; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < k_tiles;
+    if (has_next) {  // next K step into registers; its latency hides behind the math below
+      a_slice += a_step;
+      b_slice += b_step;
+      const int k_left = k_len - (t + 1) * BK;
+      a_tile.load(a_slice, args.lda, m_left, k_left, args.vec_a, tid);
+      b_tile.load(b_slice, args.ldb, n_left, k_left, args.vec_b, tid);
+    }
+
+    const float* as = a_smem[cur];
+    const float* bs = b_smem[cur];
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      float af[TM], bf[TN];  // fragments [TM] of op(A)'s column kk and [TN] of op(B)'s row kk
+#pragma unroll
+      for (int i = 0; i < Cfg::WMITER; ++i) {
+        const float4 v = *reinterpret_cast<const float4*>(as + kk * LDS_A + row_base + i * Cfg::SUB_M);
+        af[i * 4 + 0] = v.x;
+        af[i * 4 + 1] = v.y;
+        af[i * 4 + 2] = v.z;
+        af[i * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int j = 0; j < Cfg::WNITER; ++j) {
+        const float4 v = *reinterpret_cast<const float4*>(bs + kk * LDS_B + col_base + j * Cfg::SUB_N);
+        bf[j * 4 + 0] = v.x;
+        bf[j * 4 + 1] = v.y;
+        bf[j * 4 + 2] = v.z;
+        bf[j * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(af[i], bf[j], acc[i][j]);
+    }
+
+    // The other buffer was last read in step t - 1, which every thread finished before the
+    // __syncthreads that ended it; this step's readers of `cur` are not disturbed.
+    if (has_next) {
+      a_tile.store(a_smem[cur ^ 1], tid);
+      b_tile.store(b_smem[cur ^ 1], tid);
+    }
+    __syncthreads();
+  }
+
+  // Epilogue: + bias, ReLU, store what lies inside C.
+#pragma unroll
+  for (int j = 0; j < Cfg::WNITER; ++j) {
+    const int col = col_base + j * Cfg::SUB_N;  // first of 4 columns, local to the tile
+    float bias4[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) bias4[q] = args.bias != nullptr && col + q < n_left ? args.bias[n0 + col + q] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < Cfg::WMITER; ++i) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = row_base + i * Cfg::SUB_M + r;
+        if (row >= m_left) continue;
+        float o[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          o[q] = acc[i * 4 + r][j * 4 + q] + bias4[q];
+          if (args.relu && o[q] < 0.0f) o[q] = 0.0f;
+        }
+        float* out = c + static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);
+        if (args.vec_c && col + 3 < n_left) {
+          *reinterpret_cast<float4*>(out) = make_float4(o[0], o[1], o[2], o[3]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (col + q < n_left) out[q] = o[q];
+        }
+      }
+    }
+  }
+}
+
+// C[i, j] = act(Σ_s partial[s, i, j] + bias[j]) for partial [splits, M, N]: the split-K sum, in
+// slice order. Grid-stride over the M·N outputs; consecutive threads take consecutive j.
+__global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t splits, int64_t m, int64_t n,
+                                     float* __restrict__ c, int64_t ldc, const float* __restrict__ bias, bool relu) {
+  const int64_t total = m * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx % n;
+    float v = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) v += partial[s * total + idx];
+    if (bias != nullptr) v += bias[j];
+    if (relu && v < 0.0f) v = 0.0f;
+    c[i * ldc + j] = v;
+  }
+}
+
+// ---- launchers ----
+
+constexpr int kReduceThreads = 256;
+constexpr int64_t kMinSplitK = 128;  // shortest K slice worth a block's prologue and epilogue
+constexpr int64_t kMaxSplits = 16;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <class Cfg>
+int64_t tiles_of(int64_t m, int64_t n) {
+  return ceil_div(m, Cfg::BM) * ceil_div(n, Cfg::BN);
+}
+
+template <class Cfg, bool TRANS_A, bool TRANS_B>
+void launch_sgemm(SgemmArgs args, int64_t splits, cudaStream_t stream) {
+  const int64_t tiles_m = ceil_div(args.m, Cfg::BM);
+  const int64_t blocks = tiles_of<Cfg>(args.m, args.n);
+  MINIDL_CHECK(blocks <= INT32_MAX, "native_sgemm: ", args.m, "x", args.n, " needs ", blocks,
+               " thread blocks of ", Cfg::BM, "x", Cfg::BN, ", more than a grid holds");
+  args.tiles_m = static_cast<int>(tiles_m);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
+  sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B><<<grid, Cfg::THREADS, 0, stream>>>(args);
+  MINIDL_LAUNCH_CHECK();
+}
+
+template <class Cfg>
+void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, int64_t splits, cudaStream_t stream) {
+  if (trans_a) {
+    if (trans_b) launch_sgemm<Cfg, true, true>(args, splits, stream);
+    else launch_sgemm<Cfg, true, false>(args, splits, stream);
+  } else {
+    if (trans_b) launch_sgemm<Cfg, false, true>(args, splits, stream);
+    else launch_sgemm<Cfg, false, false>(args, splits, stream);
+  }
+}
+
+}  // namespace
+
+NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count) {
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  NativeGemmPlan plan;
+  plan.m = m;
+  plan.n = n;
+  plan.k_split = k;
+  if (tiles_of<LargeTile>(m, n) >= sms) {
+    plan.tile = GemmTile::Large128x128;
+  } else if (tiles_of<MediumTile>(m, n) >= sms) {
+    plan.tile = GemmTile::Medium64x64;
+  } else {
+    plan.tile = GemmTile::Small32x32;
+    const int64_t tiles = tiles_of<SmallTile>(m, n);
+    if (2 * tiles <= sms && k >= 2 * kMinSplitK) {
+      const int64_t wanted = std::min({ceil_div(sms, tiles), k / kMinSplitK, kMaxSplits});
+      plan.k_split = ceil_div(ceil_div(k, wanted), SmallTile::BK) * SmallTile::BK;
+      plan.splits = ceil_div(k, plan.k_split);  // <= wanted; every slice non-empty
+    }
+  }
+  return plan;
+}
+
+const char* gemm_tile_name(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::Large128x128: return "128x128x8";
+    case GemmTile::Medium64x64: return "64x64x16";
+    case GemmTile::Small32x32: return "32x32x16";
+  }
+  return "?";
+}
+
+void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream) {
+  MINIDL_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1, "native_sgemm: M, N, K must be >= 1 (got ", p.m, ", ", p.n, ", ",
+               p.k, "); empty products are handled by the caller");
+  MINIDL_CHECK(p.m <= kMaxGemmDim && p.n <= kMaxGemmDim && p.k <= kMaxGemmDim, "native_sgemm: M, N, K = ", p.m,
+               ", ", p.n, ", ", p.k, " exceed the supported ", kMaxGemmDim, " per dimension");
+  MINIDL_CHECK(p.lda >= (p.trans_a ? p.m : p.k) && p.ldb >= (p.trans_b ? p.k : p.n) && p.ldc >= p.n,
+               "native_sgemm: leading dimensions lda, ldb, ldc = ", p.lda, ", ", p.ldb, ", ", p.ldc,
+               " are shorter than the stored rows of A, B, C (M, N, K = ", p.m, ", ", p.n, ", ", p.k,
+               ", trans_a = ", p.trans_a, ", trans_b = ", p.trans_b, ")");
+  SgemmArgs args;
+  args.a = p.a;
+  args.b = p.b;
+  args.c = p.c;
+  args.bias = p.bias;
+  args.lda = p.lda;
+  args.ldb = p.ldb;
+  args.ldc = p.ldc;
+  args.m = static_cast<int>(p.m);
+  args.n = static_cast<int>(p.n);
+  args.k = static_cast<int>(p.k);
+  args.relu = p.relu;
+  args.vec_a = aligned16(p.a) && p.lda % 4 == 0;
+  args.vec_b = aligned16(p.b) && p.ldb % 4 == 0;
+  args.vec_c = aligned16(p.c) && p.ldc % 4 == 0;
+  const NativeGemmPlan plan = native_gemm_plan(p.m, p.n, p.k, sm_count);
+  args.k_split = static_cast<int>(plan.k_split);
+  if (plan.splits > 1) {  // slices write partials [splits, M, N]; bias and ReLU wait for their sum
+    MINIDL_CHECK(workspace != nullptr, "native_sgemm: ", p.m, "x", p.n, "x", p.k, " splits K ", plan.splits,
+                 " ways and needs a workspace of ", plan.workspace_floats(), " floats");
+    args.c = workspace;
+    args.ldc = p.n;
+    args.bias = nullptr;
+    args.relu = false;
+    args.vec_c = aligned16(workspace) && p.n % 4 == 0;
+    args.split_stride = p.m * p.n;
+  }
+  switch (plan.tile) {
+    case GemmTile::Large128x128: launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+    case GemmTile::Medium64x64: launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+    case GemmTile::Small32x32: launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+  }
+  if (plan.splits > 1) {
+    const unsigned blocks = grid_for(p.m * p.n, kReduceThreads, sm_count);
+    splitk_reduce_kernel<<<blocks, kReduceThreads, 0, stream>>>(workspace, plan.splits, p.m, p.n, p.c, p.ldc, p.bias,
+                                                                p.relu);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace minidl::cuda

@@ -1,0 +1,66 @@
+// The GEMM problem shared by the two CUDA GEMMs (gemm.cu: hand-written; cublas_gemm.cu:
+// cuBLAS) and their caller (linear.cu): one row-major description with pointers and leading
+// dimensions, so matmul, linear forward and every backward product are the same call with
+// different transpose flags, and no operand is ever copied to transpose it.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace minidl::cuda {
+
+// C[M, N] = act(op(A) · op(B) + bias), every matrix row-major float32:
+//   A is [M, K] with row stride lda, or [K, M] when trans_a (op(A) = Aᵀ);
+//   B is [K, N] with row stride ldb, or [N, K] when trans_b;
+//   C is [M, N] with row stride ldc; bias is [N] added to every row, or nullptr;
+//   act is ReLU (v < 0 ? 0 : v, so NaN stays NaN as on the CPU) when relu, else identity.
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  bool trans_a = false;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  bool trans_b = false;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  const float* bias = nullptr;
+  bool relu = false;
+};
+
+// The largest dimension either GEMM accepts (cuBLAS takes int; the native kernel's tile
+// arithmetic stays clear of int overflow below this). Checked with a clear error.
+constexpr int64_t kMaxGemmDim = int64_t{1} << 30;
+
+// How the native kernel runs a problem (native_gemm_plan states the heuristics): its block tile,
+// and the number of K splits — more than one when even the small tile leaves most multiprocessors
+// idle and K is long; each split then writes a partial product to a workspace of
+// workspace_floats() floats, and a second kernel adds them in split order (deterministic).
+enum class GemmTile : uint8_t { Large128x128, Medium64x64, Small32x32 };
+struct NativeGemmPlan {
+  GemmTile tile = GemmTile::Large128x128;
+  int64_t splits = 1;   // K splits
+  int64_t k_split = 0;  // K values per split (a multiple of the tile's K step), the last may be shorter
+  int64_t m = 0, n = 0;
+  int64_t workspace_floats() const { return splits > 1 ? splits * m * n : 0; }
+};
+NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count);
+const char* gemm_tile_name(GemmTile tile);
+
+// Hand-written tiled SGEMM (gemm.cu). Needs m, n, k >= 1, and `workspace` on the same device
+// with native_gemm_plan(m, n, k, sm_count).workspace_floats() floats (nullptr when that is 0).
+// Queued on `stream`.
+void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream);
+
+// The same through cublasSgemm plus an epilogue kernel for bias/ReLU (cublas_gemm.cu).
+// Needs m, n, k >= 1; `handle` is bound to the stream the epilogue runs on.
+void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stream);
+
+// C[i, j] = act((accumulate ? C[i, j] : 0) + (bias ? bias[j] : 0)) over [m, n] with row stride
+// ldc (cublas_gemm.cu): the cuBLAS path's epilogue, and the whole product when K = 0.
+void bias_activation(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias, bool relu, bool accumulate,
+                     cudaStream_t stream);
+
+}  // namespace minidl::cuda

@@ -1,0 +1,209 @@
+// matmul and linear forward/backward of the CUDA backend: every product is one GemmProblem
+// (gemm.cuh) run by the hand-written kernel (gemm.cu, with a workspace when it splits K) or by
+// cuBLAS (cublas_gemm.cu), as minidl::gemm_impl() says at the time of the call. Transposes are
+// flags, never copies.
+//
+//   matmul:   C[M, N] = op(A) · op(B)
+//   forward:  y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M])   — B = W read transposed, bias/ReLU fused
+//   backward: dx[N, K] = dy[N, M] · W[M, K]               — both as stored
+//             dW[M, K] = dy[N, M]ᵀ · x[N, K]              — A = dy read transposed
+//             db[M]    = Σ_rows dy                         — column_sum, below
+// Empty products: M or N = 0 writes nothing; K = 0 writes C = act(bias) (or 0) without a GEMM.
+//
+// column_sum (db): out[c] = Σ_r dy[r, c] for dy [R, C] contiguous, in a fixed order, no atomics.
+// Stage 1 splits the rows into chunks of kChunkRows; a block of 32×8 threads takes 32 columns of
+// one chunk: the 32 lanes of a warp read 32 adjacent columns of a row (coalesced), row lane y sums
+// rows y, y+8, ... of the chunk, and lane 0 adds the 8 row-lane sums in order. With one chunk
+// (R <= kChunkRows, the training batches) that is the answer; otherwise the chunk sums land in a
+// [chunks, C] workspace and stage 2 adds them per column in chunk order. The chunking depends on
+// R alone, so a shape always sums in the same order.
+#include "core/error.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/launch.h"
+
+#include <algorithm>
+
+namespace minidl::cuda {
+
+namespace {
+
+constexpr int64_t kChunkRows = 1024;  // rows per stage-1 chunk
+constexpr int kSumCols = 32;          // columns per stage-1 block (one warp's width)
+constexpr int kSumRowLanes = 8;       // row lanes per stage-1 block
+constexpr int kFinalThreads = 256;
+
+// ---- kernels ----
+
+// partial[chunk, c] = Σ_{r in chunk} dy[r, c]; dy [rows, cols], partial [chunks, cols].
+__global__ void column_sum_chunks_kernel(const float* __restrict__ dy, int64_t rows, int64_t cols, int64_t chunks,
+                                         float* __restrict__ partial) {
+  __shared__ float lane_sums[kSumRowLanes][kSumCols + 1];  // [row lane, column] per chunk
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kSumCols) + threadIdx.x;
+  for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {  // uniform over the block
+    const int64_t r_end = std::min(rows, (chunk + 1) * kChunkRows);
+    float s = 0.0f;
+    if (c < cols)
+      for (int64_t r = chunk * kChunkRows + threadIdx.y; r < r_end; r += kSumRowLanes) s += dy[r * cols + c];
+    lane_sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      float t = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kSumRowLanes; ++y) t += lane_sums[y][threadIdx.x];
+      partial[chunk * cols + c] = t;
+    }
+    __syncthreads();  // lane_sums is rewritten for the next chunk
+  }
+}
+
+// out[c] = Σ_chunk partial[chunk, c], in chunk order.
+__global__ void column_sum_final_kernel(const float* __restrict__ partial, int64_t chunks, int64_t cols,
+                                        float* __restrict__ out) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) s += partial[chunk * cols + c];
+    out[c] = s;
+  }
+}
+
+// ---- helpers of the launchers ----
+
+// Runs one product on `be`'s stream through the implementation gemm_impl() names.
+void run_gemm(CudaBackend& be, const GemmProblem& p) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {  // the empty sum: C = act(0 + bias)
+    bias_activation(p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/false, be.stream());
+    return;
+  }
+  if (gemm_impl() == GemmImpl::Cublas) {
+    cublas_sgemm(p, be.cublas(), be.stream());
+    return;
+  }
+  // A split-K plan needs room for its partial products; freed on return and reusable at once,
+  // since everything is queued on the one stream (caching_allocator.h, stream-aware frees).
+  const int64_t floats = native_gemm_plan(p.m, p.n, p.k, be.multiprocessor_count()).workspace_floats();
+  const Tensor workspace = floats > 0 ? empty(Shape{floats}, TensorOptions(DType::Float32, be.device())) : Tensor();
+  native_sgemm(p, be.multiprocessor_count(), floats > 0 ? workspace.data<float>() : nullptr, be.stream());
+}
+
+void column_sum(CudaBackend& be, const Tensor& dy, Tensor& out) {
+  const int64_t rows = dy.shape()[0], cols = dy.shape()[1];
+  if (cols == 0) return;
+  float* dst = out.data<float>();
+  if (rows == 0) {  // the empty sum
+    bias_activation(dst, 1, cols, cols, nullptr, false, /*accumulate=*/false, be.stream());
+    return;
+  }
+  const int64_t chunks = ceil_div(rows, kChunkRows);
+  // One chunk writes the answer directly; more go through a workspace on this device (freed on
+  // return and reusable at once, as in run_gemm).
+  Tensor workspace = chunks > 1 ? empty(Shape{chunks, cols}, TensorOptions(DType::Float32, be.device())) : Tensor();
+  float* partial = chunks > 1 ? workspace.data<float>() : dst;
+  const dim3 block(kSumCols, kSumRowLanes);
+  const dim3 grid(static_cast<unsigned>(ceil_div(cols, kSumCols)), static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+  column_sum_chunks_kernel<<<grid, block, 0, be.stream()>>>(dy.data<float>(), rows, cols, chunks, partial);
+  MINIDL_LAUNCH_CHECK();
+  if (chunks > 1) {
+    const unsigned blocks = grid_for(cols, kFinalThreads, be.multiprocessor_count());
+    column_sum_final_kernel<<<blocks, kFinalThreads, 0, be.stream()>>>(partial, chunks, cols, dst);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+void require_matrix(const Tensor& t, const char* op, const char* what) {
+  require_float32(t, op, what);
+  MINIDL_CHECK(t.dim() == 2, op, ": ", what, " must be 2-D, got shape ", t.shape());
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) {
+  DeviceGuard guard(device_index());
+  require_matrix(a, "matmul", "a");
+  require_matrix(b, "matmul", "b");
+  require_matrix(c, "matmul", "the output");
+  GemmProblem p;
+  p.m = c.shape()[0];
+  p.n = c.shape()[1];
+  p.k = trans_a ? a.shape()[0] : a.shape()[1];
+  p.a = a.data<float>();
+  p.lda = a.shape()[1];  // A stored [M, K], or [K, M] when transposed
+  p.trans_a = trans_a;
+  p.b = b.data<float>();
+  p.ldb = b.shape()[1];  // B stored [K, N], or [N, K] when transposed
+  p.trans_b = trans_b;
+  p.c = c.data<float>();
+  p.ldc = p.n;
+  run_gemm(*this, p);
+}
+
+void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) {
+  DeviceGuard guard(device_index());
+  require_matrix(x, "linear_forward", "x");
+  require_matrix(w, "linear_forward", "weight");
+  require_matrix(y, "linear_forward", "the output");
+  if (bias.defined()) require_float32(bias, "linear_forward", "bias");
+  GemmProblem p;
+  p.m = x.shape()[0];  // batch
+  p.k = x.shape()[1];  // in features
+  p.n = w.shape()[0];  // out features
+  p.a = x.data<float>();
+  p.lda = p.k;
+  p.b = w.data<float>();  // W [out, in] read as Wᵀ [in, out]
+  p.ldb = p.k;
+  p.trans_b = true;
+  p.c = y.data<float>();
+  p.ldc = p.n;
+  p.bias = bias.defined() ? bias.data<float>() : nullptr;
+  p.relu = act == Activation::ReLU;
+  run_gemm(*this, p);
+}
+
+void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                                  Tensor& db) {
+  DeviceGuard guard(device_index());
+  require_matrix(dy, "linear_backward", "dy");
+  require_matrix(x, "linear_backward", "x");
+  require_matrix(w, "linear_backward", "weight");
+  const int64_t batch = dy.shape()[0], out_features = dy.shape()[1], in_features = x.shape()[1];
+  if (dx.defined()) {  // dx[batch, in] = dy[batch, out] · W[out, in]
+    require_float32(dx, "linear_backward", "dx");
+    GemmProblem p;
+    p.m = batch;
+    p.n = in_features;
+    p.k = out_features;
+    p.a = dy.data<float>();
+    p.lda = out_features;
+    p.b = w.data<float>();
+    p.ldb = in_features;
+    p.c = dx.data<float>();
+    p.ldc = in_features;
+    run_gemm(*this, p);
+  }
+  if (dw.defined()) {  // dW[out, in] = dy[batch, out]ᵀ · x[batch, in]
+    require_float32(dw, "linear_backward", "dW");
+    GemmProblem p;
+    p.m = out_features;
+    p.n = in_features;
+    p.k = batch;
+    p.a = dy.data<float>();  // stored [batch, out]: op(A) = dyᵀ
+    p.lda = out_features;
+    p.trans_a = true;
+    p.b = x.data<float>();
+    p.ldb = in_features;
+    p.c = dw.data<float>();
+    p.ldc = in_features;
+    run_gemm(*this, p);
+  }
+  if (db.defined()) {  // db[out] = Σ_rows dy
+    require_float32(db, "linear_backward", "db");
+    column_sum(*this, dy, db);
+  }
+}
+
+}  // namespace minidl::cuda

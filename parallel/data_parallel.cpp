@@ -1,0 +1,172 @@
+// DataParallel: construction checks, replicas, the per-forward broadcast, scatter, the
+// replica threads and the gather.
+//
+// Note [why replica gradients are summed]
+// The loss is computed once, on the gathered output: L = (1/B) Σ_i ℓ_i over the B rows of the
+// whole batch. Replica r holds a copy θ_r of the parameters θ and produces only the rows of its
+// shard S_r, so backward through the gather gives it ∂L/∂θ_r = (1/B) Σ_{i∈S_r} ∂ℓ_i/∂θ — its
+// shard's share of the full-batch gradient, already weighted by |S_r|/B. As every θ_r equals θ,
+// ∂L/∂θ = Σ_r ∂L/∂θ_r: the replicas' gradients are SUMMED. Averaging would divide the step by n.
+// (DDP-style training, where each replica takes the mean loss of its own shard, needs the
+// weighted sum Σ_r (|S_r|/B)·g_r instead — an average only when the shards are equal.)
+//
+// Note [re-broadcast, not same-update]
+// optimizer.step() updates replica 0 only: the optimizer is built over the wrapped model's
+// parameters, exactly as in the one-device loop. The other replicas could apply the same update
+// themselves, but that needs one optimizer per replica — n copies of the momentum / Adam state,
+// kept identical by hand, and a training loop that knows about replicas. Instead each forward
+// first broadcasts replica 0's parameters and buffers to the others: one parameter-sized copy per
+// step (the volume of the gradient all-reduce), and replicas cannot drift — they are bitwise
+// copies of the model whenever they run, whatever changed it (step, load_state_dict, a manual edit).
+//
+// No per-thread device binding is needed: every op reaches its kernels through
+// backend_for(tensor.device()), so a replica thread runs on whichever device its tensors are on.
+#include "parallel/data_parallel.h"
+
+#include "core/autograd.h"
+#include "parallel/replica_threads.h"
+#include "parallel/scatter_gather.h"
+
+namespace minidl::parallel {
+
+namespace {
+
+std::vector<Device> default_devices() {
+  const int count = cuda_device_count();
+  MINIDL_CHECK(count > 0, "DataParallel: no CUDA device is available to replicate over by default (0 visible); pass "
+               "the devices, e.g. parallel::cpu_replicas(n) for n CPU replicas");
+  return all_cuda_devices();
+}
+
+void check_model_on(const nn::Module& model, Device first) {
+  auto check = [&](const std::string& what, const std::string& name, const Tensor& t) {
+    MINIDL_CHECK(t.device() == first, "DataParallel: the model's ", what, " '", name, "' is on ", t.device(),
+                 ", but replica 0 is the model itself and runs on the first device ", first,
+                 "; move the model there before wrapping it (model->to(", first, "))");
+  };
+  for (const auto& [name, p] : model.named_parameters()) check("parameter", name, p);
+  for (const auto& [name, b] : model.named_buffers()) check("buffer", name, b);
+}
+
+std::vector<Tensor> state_of(const nn::Module& m) {
+  std::vector<Tensor> state;
+  for (const auto& [name, p] : m.named_parameters()) state.push_back(p);
+  for (const auto& [name, b] : m.named_buffers()) state.push_back(b);
+  return state;
+}
+
+// Sets this thread's grad mode for a scope (the mode is thread-local: a replica thread takes
+// the caller's, so forward under NoGradGuard records no graph on any replica).
+class GradModeScope {
+ public:
+  explicit GradModeScope(bool enabled) : previous_(grad_mode_enabled()) { set_grad_mode(enabled); }
+  ~GradModeScope() { set_grad_mode(previous_); }
+  GradModeScope(const GradModeScope&) = delete;
+  GradModeScope& operator=(const GradModeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace
+
+std::vector<Device> cpu_replicas(int n) {
+  MINIDL_CHECK(n >= 1, "cpu_replicas: need at least one replica, got ", n);
+  return std::vector<Device>(static_cast<size_t>(n), Device::cpu());
+}
+
+std::vector<Device> all_cuda_devices() {
+  std::vector<Device> devices;
+  for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(Device::cuda(i));
+  return devices;
+}
+
+DataParallel::DataParallel(std::shared_ptr<nn::Module> model, DataParallelOptions options)
+    : DataParallel(std::move(model), default_devices(), std::move(options)) {}
+
+DataParallel::DataParallel(std::shared_ptr<nn::Module> model, std::vector<Device> devices, DataParallelOptions options)
+    : devices_(std::move(devices)) {
+  MINIDL_CHECK(model != nullptr, "DataParallel: got a null model");
+  check_device_list(devices_, "DataParallel");
+  check_model_on(*model, devices_[0]);
+  check_cuda_devices_exist(devices_, "DataParallel");
+  communicator_ = options.communicator ? options.communicator : make_communicator(devices_);
+  MINIDL_CHECK(communicator_->devices() == devices_, "DataParallel: the communicator is over ",
+               device_list_str(communicator_->devices()), ", the replicas are on ", device_list_str(devices_));
+
+  register_module("module", model);
+  replicas_.push_back(model);
+  for (size_t r = 1; r < devices_.size(); ++r) {
+    std::shared_ptr<nn::Module> copy = model->clone();
+    MINIDL_CHECK(copy != nullptr, "DataParallel: ", model->name(), "::clone() returned null");
+    copy->to(devices_[r]);
+    replicas_.push_back(std::move(copy));
+  }
+  for (const auto& replica : replicas_) replica_state_.push_back(state_of(*replica));
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    bool same = replica_state_[r].size() == replica_state_[0].size();
+    for (size_t k = 0; same && k < replica_state_[0].size(); ++k)
+      same = replica_state_[r][k].shape() == replica_state_[0][k].shape() &&
+             replica_state_[r][k].dtype() == replica_state_[0][k].dtype();
+    MINIDL_CHECK(same, "DataParallel: ", model->name(), "::clone() made a module whose parameters and buffers differ "
+                 "from the model's (count, shapes or dtypes)");
+  }
+  broadcast_parameters();
+
+  std::vector<std::vector<Tensor>> params;
+  for (const auto& replica : replicas_) params.push_back(replica->parameters());
+  reducer_ = GradientReducer::create(std::move(params), communicator_, options.bucket_cap_bytes);
+  threads_ = std::make_unique<ReplicaThreads>(replica_count());
+}
+
+DataParallel::~DataParallel() = default;
+
+std::string DataParallel::name() const {
+  return "DataParallel(" + replicas_[0]->name() + " over " + device_list_str(devices_) + ")";
+}
+
+std::shared_ptr<nn::Module> DataParallel::clone() const {
+  throw Error("DataParallel: cannot be cloned; clone the wrapped model (module()->clone()) and wrap the copy");
+}
+
+nn::Module& DataParallel::replica(int i) const {
+  MINIDL_CHECK(i >= 0 && i < replica_count(), "DataParallel: replica ", i, " is out of range for ", replica_count(),
+               " replicas");
+  return *replicas_[i];
+}
+
+void DataParallel::broadcast_parameters() {
+  if (replicas_.size() < 2 || replica_state_[0].empty()) return;
+  NoGradGuard no_grad;
+  std::vector<DeviceTensors> groups(replica_state_[0].size());
+  for (size_t k = 0; k < groups.size(); ++k)
+    for (const auto& state : replica_state_) groups[k].push_back(state[k]);
+  communicator_->broadcast_grouped(std::move(groups), 0)->wait();
+}
+
+Tensor DataParallel::forward(const Tensor& x) {
+  check_defined(x, "DataParallel", "x");
+  MINIDL_CHECK(x.dim() >= 1 && x.size(0) > 0, "DataParallel: the batch is empty (input of shape ", x.shape(),
+               "); it needs at least one row along dim 0 to scatter over the ", replica_count(), " replica(s)");
+  broadcast_parameters();
+  for (size_t r = 1; r < replicas_.size(); ++r) replicas_[r]->copy_training_flags(*replicas_[0]);
+
+  const std::vector<int64_t> sizes = shard_sizes(x.size(0), replica_count());
+  const int used = static_cast<int>(sizes.size());
+  reducer_->prepare_for_forward(used);
+  const std::vector<Tensor> shards = scatter(x, sizes, devices_);
+  std::vector<Tensor> outputs(static_cast<size_t>(used));
+  const bool grad_mode = grad_mode_enabled();
+  threads_->run(used, [&](int r) {
+    GradModeScope mode(grad_mode);
+    try {
+      outputs[r] = (*replicas_[r])(shards[r]);
+    } catch (const Error& e) {
+      throw Error(detail::make_message("DataParallel: replica ", r, " on ", devices_[r], " (shard of ", sizes[r],
+                                       " rows): ", e.what()));
+    }
+  });
+  return gather(outputs, devices_[0]);
+}
+
+}  // namespace minidl::parallel

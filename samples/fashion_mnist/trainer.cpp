@@ -1,0 +1,328 @@
+// The Fashion-MNIST trainer: config checks, the model, optimizer and schedule, the epoch loop
+// with its evaluation, and the checkpoint round trip that makes --resume continue the same run.
+//
+// Note [what a bit-identical resume needs]: on the CPU every kernel sums in a fixed order, so
+// a step depends only on the parameters, the optimizer state, the lr and the batch. The
+// checkpoint holds the first three exactly; the batch is fixed by the loader position, since an
+// epoch's order is a function of (seed, epoch). The default generator only draws the initial
+// weights, but its state is saved too so that anything drawing later stays reproducible. The
+// interrupted epoch's running loss sum travels along, so its train_loss is the same number.
+#include "samples/fashion_mnist/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <ostream>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "data/dataloader.h"
+#include "data/mnist.h"
+#include "nn/activation.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "optim/optim.h"
+#include "samples/fashion_mnist/checkpoint.h"
+#include "samples/fashion_mnist/metrics.h"
+#include "samples/fashion_mnist/progress.h"
+
+namespace minidl::fashion_mnist {
+
+namespace {
+
+constexpr int64_t kInputs = 784, kClasses = 10;
+constexpr int64_t kEvalBatch = 1000;
+
+// "256,128" with sep ',' (appends piecewise: GCC 12 warns falsely on "lit" + std::string).
+std::string join_sizes(const std::vector<int64_t>& sizes, char sep) {
+  std::string s;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) s += sep;
+    s += std::to_string(sizes[i]);
+  }
+  return s;
+}
+
+void check_config(const TrainerConfig& c) {
+  MINIDL_CHECK(c.epochs > 0, "fashion_mnist: --epochs must be positive, got ", c.epochs);
+  MINIDL_CHECK(c.batch_size > 0, "fashion_mnist: --batch-size must be positive, got ", c.batch_size);
+  MINIDL_CHECK(std::isfinite(c.lr) && c.lr >= 0, "fashion_mnist: --lr must be a finite number >= 0, got ", c.lr);
+  MINIDL_CHECK(c.optimizer == "sgd" || c.optimizer == "adamw", "fashion_mnist: --optimizer must be sgd or adamw, got '",
+               c.optimizer, "'");
+  MINIDL_CHECK(c.schedule == "cosine" || c.schedule == "step" || c.schedule == "none",
+               "fashion_mnist: --schedule must be cosine, step or none, got '", c.schedule, "'");
+  for (int64_t h : c.hidden)
+    MINIDL_CHECK(h > 0, "fashion_mnist: --hidden sizes must be positive, got ", h, " in ", architecture_name(c.hidden));
+  MINIDL_CHECK(c.workers >= 0, "fashion_mnist: --workers must be >= 0, got ", c.workers);
+  MINIDL_CHECK(c.limit >= 0 && c.test_limit >= 0, "fashion_mnist: --limit must be >= 0, got ", c.limit);
+  MINIDL_CHECK(c.checkpoint_every >= 0, "fashion_mnist: --checkpoint-every must be >= 0, got ", c.checkpoint_every);
+  MINIDL_CHECK(c.checkpoint_every == 0 || !c.checkpoint.empty(),
+               "fashion_mnist: --checkpoint-every needs --checkpoint PATH to save to");
+  MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
+               c.stop_after_batches);
+  if (c.devices.size() > 1) {
+    std::string list;
+    for (const auto& d : c.devices) {
+      if (!list.empty()) list += ',';
+      list += d;
+    }
+    throw Error("fashion_mnist: --devices " + list + " asks for data-parallel training over " +
+                std::to_string(c.devices.size()) +
+                " devices, which needs the parallel module (parallel::DataParallel); this build does not have it. "
+                "Train on one device with --device.");
+  }
+}
+
+Device resolve_device(const TrainerConfig& c) {
+  const std::string& name = c.devices.size() == 1 ? c.devices[0] : c.device;
+  return name == "auto" ? default_device() : Device(name);
+}
+
+// What a checkpoint must agree with to be continued by this config.
+std::map<std::string, std::string> hyperparameters_of(const TrainerConfig& c) {
+  std::map<std::string, std::string> hp = {
+      {"architecture", architecture_name(c.hidden)},
+      {"optimizer", c.optimizer},
+      {"lr", format_exact(c.lr)},
+      {"weight_decay", format_exact(c.weight_decay)},
+      {"schedule", c.schedule},
+      {"epochs", std::to_string(c.epochs)},
+      {"batch_size", std::to_string(c.batch_size)},
+      {"seed", std::to_string(c.seed)},
+      {"limit", std::to_string(c.limit)},
+  };
+  if (c.optimizer == "sgd") hp["momentum"] = format_exact(c.momentum);
+  return hp;
+}
+
+// Refuses a checkpoint of another model, or one trained with other hyperparameters (the run
+// would not be the one it claims to continue). Without a schedule, --epochs may grow.
+void check_resumable(const Checkpoint& ck, const TrainerConfig& c) {
+  const auto own = hyperparameters_of(c);
+  auto saved = [&](const std::string& key) {
+    auto it = ck.hyperparameters.find(key);
+    return it == ck.hyperparameters.end() ? std::string("(none)") : it->second;
+  };
+  MINIDL_CHECK(saved("architecture") == own.at("architecture"), "fashion_mnist: refusing to resume from ", c.resume,
+               ": it holds an MLP ", saved("architecture"), " and this run builds ", own.at("architecture"),
+               " (--hidden ", c.hidden.empty() ? std::string("none") : join_sizes(c.hidden, ','),
+               "); pass the checkpoint's --hidden or start without --resume");
+  std::vector<std::string> differ;
+  for (const auto& [key, value] : own) {
+    if (key == "architecture" || (key == "epochs" && c.schedule == "none")) continue;
+    if (saved(key) != value) differ.push_back(key + " " + saved(key) + " in the checkpoint, " + value + " here");
+  }
+  if (!differ.empty()) {
+    std::ostringstream os;
+    os << "fashion_mnist: refusing to resume from " << c.resume << ": it was trained with other hyperparameters (";
+    for (size_t i = 0; i < differ.size(); ++i) os << (i ? "; " : "") << differ[i];
+    os << "); resume with the flags it was started with, or start without --resume";
+    throw Error(os.str());
+  }
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, std::vector<Tensor> params) {
+  if (c.optimizer == "sgd") {
+    return std::make_unique<optim::SGD>(std::move(params),
+                                        optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  }
+  return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+}
+
+std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainerConfig& c, optim::Optimizer& opt) {
+  if (c.schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, c.epochs);
+  if (c.schedule == "step") return std::make_unique<optim::StepLR>(opt, std::max<int64_t>(1, c.epochs / 3), 0.1);
+  return nullptr;
+}
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+};
+
+// Mean cross-entropy and accuracy over the whole test set, in batches, without autograd.
+Evaluation evaluate(nn::Sequential& model, const data::TensorDataset& test, Device device) {
+  NoGradGuard no_grad;
+  model.eval();
+  nn::CrossEntropyLoss summed(ops::Reduction::Sum);
+  const int64_t n = test.size();
+  double loss_sum = 0, correct = 0;
+  for (int64_t start = 0; start < n; start += kEvalBatch) {
+    const int64_t len = std::min(kEvalBatch, n - start);
+    const Tensor x = test.features().narrow(0, start, len).to(device);  // [len, 784]
+    const Tensor y = test.labels().narrow(0, start, len).to(device);    // [len]
+    const Tensor logits = model(x);                                     // [len, 10]
+    loss_sum += summed(logits, y).item();
+    correct += ops::eq(logits.argmax(1), y).sum().item();
+  }
+  model.train();
+  return {loss_sum / static_cast<double>(n), correct / static_cast<double>(n)};
+}
+
+std::string epoch_line(const EpochMetrics& m, int64_t epochs, double seconds) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "epoch %lld/%lld  train loss %.4f  test loss %.4f  test acc %.2f%%  %.0f samples/s  %.2f s  lr %.4g",
+                static_cast<long long>(m.epoch), static_cast<long long>(epochs), m.train_loss, m.test_loss,
+                100 * m.test_acc, m.samples_per_s, seconds, m.lr);
+  return buf;
+}
+
+}  // namespace
+
+std::string architecture_name(const std::vector<int64_t>& hidden) {
+  std::vector<int64_t> sizes = {kInputs};
+  sizes.insert(sizes.end(), hidden.begin(), hidden.end());
+  sizes.push_back(kClasses);
+  return join_sizes(sizes, '-');
+}
+
+std::shared_ptr<nn::Sequential> make_mlp(const std::vector<int64_t>& hidden) {
+  auto model = std::make_shared<nn::Sequential>();
+  int64_t width = kInputs;
+  for (int64_t h : hidden) {
+    model->push_back(std::make_shared<nn::Linear>(width, h));
+    model->push_back(std::make_shared<nn::ReLU>());
+    width = h;
+  }
+  model->push_back(std::make_shared<nn::Linear>(width, kClasses));
+  return model;
+}
+
+Datasets load_datasets(const TrainerConfig& config) {
+  const std::string dir = config.data_dir.empty() ? data::default_fashion_mnist_dir() : config.data_dir;
+  data::MnistOptions train_opts, test_opts;
+  train_opts.limit = config.limit;
+  test_opts.limit = config.test_limit;
+  Datasets d;
+  d.train = std::make_shared<data::TensorDataset>(data::load_fashion_mnist(data::MnistSplit::Train, train_opts, dir));
+  d.test = std::make_shared<data::TensorDataset>(data::load_fashion_mnist(data::MnistSplit::Test, test_opts, dir));
+  return d;
+}
+
+TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out) {
+  check_config(config);
+  MINIDL_CHECK(data.train && data.test, "fashion_mnist: train: the datasets are not loaded");
+  const Device device = resolve_device(config);
+
+  manual_seed(config.seed);
+  auto model = make_mlp(config.hidden);
+  model->to(device);
+  const optim::NamedParameters names = model->named_parameters();
+  auto optimizer = make_optimizer(config, model->parameters());
+  auto scheduler = make_scheduler(config, *optimizer);
+  data::DataLoader loader(data.train, data::DataLoaderOptions{.batch_size = config.batch_size,
+                                                               .shuffle = true,
+                                                               .num_workers = config.workers,
+                                                               .seed = config.seed});
+  nn::CrossEntropyLoss criterion;
+
+  TrainingResult result;
+  result.model = model;
+  double loss_sum = 0;  // sum of loss x batch size over this epoch's batches so far
+  int64_t samples = 0;  // examples in those batches
+
+  if (!config.resume.empty()) {
+    Checkpoint ck = load_checkpoint(config.resume);
+    check_resumable(ck, config);
+    MINIDL_CHECK(ck.scheduler.has_value() == (scheduler != nullptr), "fashion_mnist: checkpoint ", config.resume,
+                 " has scheduler '", ck.scheduler ? ck.scheduler->scheduler : "none", "', this run --schedule ",
+                 config.schedule);
+    // Each load checks before it changes anything; the model's comes first, and a failure
+    // after it leaves only this function's fresh objects touched.
+    model->load_state_dict(ck.model);
+    optimizer->load_state_dict(ck.optimizer, names);
+    if (scheduler) scheduler->load_state(*ck.scheduler);
+    loader.load_state(ck.loader);
+    default_generator().set_state(ck.generator);
+    result.history = ck.history;
+    loss_sum = ck.epoch_loss_sum;
+    samples = ck.epoch_samples;
+    if (config.progress != ProgressStyle::Quiet) {
+      out << "resumed from " << config.resume << " at epoch " << ck.loader.epoch + 1 << ", batch " << ck.loader.batch
+          << " of " << loader.size() << "\n";
+      if (ck.loader.epoch >= config.epochs) out << "nothing to train: the checkpoint finished all " << config.epochs << " epochs\n";
+    }
+  }
+
+  auto make_checkpoint = [&] {
+    Checkpoint ck;
+    ck.hyperparameters = hyperparameters_of(config);
+    ck.model = model->state_dict();
+    ck.optimizer = optimizer->state_dict(names);
+    if (scheduler) ck.scheduler = scheduler->state();
+    ck.generator = default_generator().state();
+    ck.loader = loader.state();
+    ck.epoch_loss_sum = loss_sum;
+    ck.epoch_samples = samples;
+    ck.history = result.history;
+    return ck;
+  };
+
+  int64_t batches_run = 0;  // in this process, for stop_after_batches
+  bool stopped = false;
+  for (int64_t epoch = loader.state().epoch; epoch < config.epochs && !stopped; ++epoch) {
+    const int64_t first_batch = loader.state().batch;
+    const double lr = optimizer->param_groups()[0].lr;
+    EpochProgress progress(out, config.progress, epoch + 1, config.epochs, first_batch, loader.size());
+    int64_t samples_here = 0;  // trained in this process this epoch
+    const auto start = std::chrono::steady_clock::now();
+
+    for (auto it = loader.begin(); it != loader.end(); ++it) {
+      const Tensor x = it->x.to(device), y = it->y.to(device);
+      optimizer->zero_grad();
+      const Tensor loss = criterion((*model)(x), y);
+      loss.backward();
+      optimizer->step();
+      const int64_t n = y.shape()[0];
+      loss_sum += loss.item() * static_cast<double>(n);
+      samples += n;
+      samples_here += n;
+      ++batches_run;
+      const data::DataLoaderState pos = loader.state();
+      const bool last = pos.batch == 0;  // the position rolled over to the next epoch
+      const int64_t done = last ? loader.size() : pos.batch;
+      progress.update(done, loss_sum / static_cast<double>(samples), samples_here);
+      stopped = config.stop_after_batches > 0 && batches_run >= config.stop_after_batches;
+      if (last) break;  // the epoch's end is handled below (evaluation, then the checkpoint)
+      const bool due = config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
+      if (!config.checkpoint.empty() && (due || stopped)) save_checkpoint(make_checkpoint(), config.checkpoint);
+      if (stopped) break;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (stopped && loader.state().batch != 0) {
+      progress.finish("stopped in epoch " + std::to_string(epoch + 1) + " after " + std::to_string(batches_run) +
+                      " batches" + (config.checkpoint.empty() ? "" : "; checkpoint " + config.checkpoint));
+      break;
+    }
+
+    if (scheduler) scheduler->step();
+    const Evaluation eval = evaluate(*model, *data.test, device);
+    EpochMetrics m;
+    m.epoch = epoch + 1;
+    m.train_loss = loss_sum / static_cast<double>(samples);
+    m.test_loss = eval.loss;
+    m.test_acc = eval.accuracy;
+    m.samples_per_s = seconds > 0 ? static_cast<double>(samples_here) / seconds : 0.0;
+    m.lr = lr;
+    result.history.push_back(m);
+    loss_sum = 0;
+    samples = 0;
+    progress.finish(epoch_line(m, config.epochs, seconds));
+    if (!config.metrics.empty()) write_metrics_csv(config.metrics, result.history);
+    if (!config.checkpoint.empty()) save_checkpoint(make_checkpoint(), config.checkpoint);
+  }
+  result.finished = loader.state().epoch >= config.epochs;
+
+  if (!config.plot.empty()) {
+    const std::string why = plot_metrics(config.plot, result.history);
+    if (config.progress != ProgressStyle::Quiet) {
+      if (why.empty()) out << "plot: " << config.plot << "\n";
+      else out << "plot: " << why << "\n";
+    }
+  }
+  return result;
+}
+
+}  // namespace minidl::fashion_mnist

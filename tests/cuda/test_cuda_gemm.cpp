@@ -1,0 +1,330 @@
+// The CUDA GEMM family (kernels/cuda/gemm.cu, cublas_gemm.cu, linear.cu) against the CPU
+// backend on fresh random inputs, for the hand-written kernel and for cuBLAS (set_gemm_impl):
+// matmul in every transpose variant, linear forward with and without bias and ReLU, linear
+// backward (dx, dW, db, each skippable), empty inner dimensions, misaligned operands (the
+// scalar load path), native against cuBLAS, and run-to-run determinism.
+//
+// Tolerance (Note [GEMM tolerance]): the CPU, the native kernel and cuBLAS add the K products of
+// each output in different orders (and tile sizes), so their float32 results differ by rounding.
+// The rounding error of a float32 dot product is bounded by a multiple of eps·Σ_p |a_p·b_p|, so
+// each element is compared against scale[i, j] = (|op(A)|·|op(B)|)[i, j] + |bias[j]|:
+//   |cuda - cpu| <= 1e-5 · scale + 1e-6.
+// For the uniform(-1, 1) inputs here the observed error is about sqrt(K)·eps·|partial sums|, some
+// 100x below that bound at K = 1000, while a lost, doubled or misplaced product (an edge-tile or
+// K-tail bug) moves an element by |a_p·b_p| ~ 0.25, far above 1e-5 · scale even at K = 1000.
+#include "cuda_test_util.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+
+using namespace minidl;
+using namespace minidl::cuda_test;
+
+namespace {
+
+constexpr double kRel = 1e-5;  // Note [GEMM tolerance]
+constexpr double kAbs = 1e-6;  // outputs whose scale is ~0 (products of tiny inputs)
+
+const GemmImpl kImpls[] = {GemmImpl::Native, GemmImpl::Cublas};
+
+// Sets the GEMM implementation for a scope and restores the previous one.
+class GemmImplScope {
+ public:
+  explicit GemmImplScope(GemmImpl impl) : previous_(gemm_impl()) { set_gemm_impl(impl); }
+  ~GemmImplScope() { set_gemm_impl(previous_); }
+  GemmImplScope(const GemmImplScope&) = delete;
+  GemmImplScope& operator=(const GemmImplScope&) = delete;
+
+ private:
+  GemmImpl previous_;
+};
+
+struct GemmShape {
+  int64_t m, n, k;
+};
+// Tile-unfriendly shapes, the MLP's (batch 128, 784-256-128-10), K not a multiple of any BK, and
+// two big enough that the native kernel takes its medium (600x900: 150 tiles of 64) and large
+// (1537x1400: 143 tiles of 128) configurations on a 132-SM H200; the rest take the small tile,
+// and 1000x1x999, 257x31x1000 and 128x256x784 also split K (5, 7 and 5 slices, gemm.cu).
+const GemmShape kShapes[] = {{1, 1, 1},       {17, 33, 65},    {1000, 1, 999},  {128, 784, 256}, {128, 128, 10},
+                             {257, 31, 1000}, {128, 256, 784}, {128, 10, 128},  {5, 300, 9},     {600, 900, 130},
+                             {1537, 1400, 67}};
+
+std::string describe(const char* what, const GemmShape& s, GemmImpl impl, bool ta = false, bool tb = false) {
+  return std::string(what) + " M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) +
+         " trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb) + " impl=" + gemm_impl_name(impl);
+}
+
+TensorOptions on_gpu() { return TensorOptions(DType::Float32, kGpu); }
+TensorOptions on_cpu() { return TensorOptions(DType::Float32, Device::cpu()); }
+
+// A CUDA tensor whose every element is NaN, so an element the kernel never wrote cannot pass.
+Tensor nan_gpu(const Shape& shape) { return full(shape, std::numeric_limits<double>::quiet_NaN(), on_gpu()); }
+
+Tensor abs_cpu(const Tensor& t) {
+  std::vector<float> v = t.to(Device::cpu()).to_vector<float>();
+  for (float& x : v) x = std::abs(x);
+  return from_vector(v, t.shape(), on_cpu());
+}
+
+// scale = |op(A)|·|op(B)| (+ |bias| on every row), on the CPU: Note [GEMM tolerance].
+Tensor product_scale(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t m, int64_t n,
+                     const Tensor& bias = Tensor()) {
+  Tensor s = empty({m, n}, on_cpu());
+  cpu_backend().matmul(abs_cpu(a), abs_cpu(b), s, ta, tb);
+  if (!bias.defined()) return s;
+  std::vector<float> v = s.to_vector<float>();
+  const std::vector<float> bv = abs_cpu(bias).to_vector<float>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) v[static_cast<size_t>(i * n + j)] += bv[static_cast<size_t>(j)];
+  return from_vector(v, s.shape(), on_cpu());
+}
+
+// |got - want| <= rel · scale + kAbs for every element; reports the worst one.
+void check_gemm_close(const Tensor& got, const Tensor& want, const Tensor& scale, const std::string& what,
+                      double rel = kRel) {
+  INFO(what);
+  REQUIRE(got.shape() == want.shape());
+  REQUIRE(scale.shape() == want.shape());
+  const std::vector<float> g = got.to(Device::cpu()).to_vector<float>();
+  const std::vector<float> w = want.to(Device::cpu()).to_vector<float>();
+  const std::vector<float> s = scale.to(Device::cpu()).to_vector<float>();
+  size_t worst = 0, bad = 0;
+  double worst_excess = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double err = std::abs(static_cast<double>(g[i]) - w[i]);
+    const double excess = std::isnan(err) ? std::numeric_limits<double>::infinity() : err - (rel * s[i] + kAbs);
+    if (excess > 0) ++bad;
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  INFO(bad << " of " << g.size() << " elements outside; worst element " << worst << ": got "
+            << (g.empty() ? 0.f : g[worst]) << ", want " << (w.empty() ? 0.f : w[worst]) << ", scale "
+            << (s.empty() ? 0.f : s[worst]));
+  CHECK(bad == 0);
+}
+
+// Column sums of dy [rows, cols] of |dy| on the CPU: the scale of db.
+Tensor column_abs_sum(const Tensor& dy) {
+  const int64_t rows = dy.shape()[0], cols = dy.shape()[1];
+  const std::vector<float> v = abs_cpu(dy).to_vector<float>();
+  std::vector<float> s(static_cast<size_t>(cols), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) s[static_cast<size_t>(c)] += v[static_cast<size_t>(r * cols + c)];
+  return from_vector(s, Shape{cols}, on_cpu());
+}
+
+}  // namespace
+
+TEST_CASE("cuda matmul matches the cpu in every transpose variant for native and cublas", "[cuda][gemm]") {
+  uint64_t seed = 100;
+  for (const GemmShape& s : kShapes) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool ta = (variant & 1) != 0, tb = (variant & 2) != 0;
+      const Tensor a = random_cpu(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, ++seed);
+      const Tensor b = random_cpu(tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, ++seed);
+      Tensor want = empty({s.m, s.n}, on_cpu());
+      cpu_backend().matmul(a, b, want, ta, tb);
+      const Tensor scale = product_scale(a, b, ta, tb, s.m, s.n);
+      const Tensor ag = a.to(kGpu), bg = b.to(kGpu);
+      std::vector<Tensor> results;
+      for (GemmImpl impl : kImpls) {
+        GemmImplScope scope(impl);
+        Tensor got = nan_gpu({s.m, s.n});
+        backend_for(kGpu).matmul(ag, bg, got, ta, tb);
+        check_gemm_close(got, want, scale, describe("matmul vs cpu", s, impl, ta, tb));
+        results.push_back(got);
+      }
+      // Each is within kRel·scale of the CPU, so of each other within twice that.
+      check_gemm_close(results[0], results[1], scale, describe("native vs cublas", s, GemmImpl::Native, ta, tb),
+                       2 * kRel);
+    }
+  }
+}
+
+TEST_CASE("cuda matmul reads misaligned operands and writes a misaligned output through the scalar path",
+          "[cuda][gemm]") {
+  // Leading dimensions that are multiples of 4 would allow float4 loads, but each tensor starts
+  // one float into its storage (4-byte, not 16-byte, aligned): the kernel must notice and fall back.
+  // Small, medium and large tiles on an H200, and a small one that splits K (200x40x1000: 7 slices).
+  const GemmShape shapes[] = {{130, 260, 64}, {600, 900, 132}, {1537, 1400, 68}, {200, 40, 1000}};
+  uint64_t seed = 300;
+  for (const GemmShape& s : shapes) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool ta = (variant & 1) != 0, tb = (variant & 2) != 0;
+      const Tensor a = random_cpu(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, ++seed);
+      const Tensor b = random_cpu(tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, ++seed);
+      Tensor want = empty({s.m, s.n}, on_cpu());
+      cpu_backend().matmul(a, b, want, ta, tb);
+      const Tensor scale = product_scale(a, b, ta, tb, s.m, s.n);
+      // Offset views: storage [1 + numel], tensor from element 1 (contiguous, 4 bytes past 16-byte alignment).
+      auto offset_copy = [](const Tensor& t) {
+        Tensor storage = zeros({t.numel() + 1}, on_gpu());
+        Tensor view = storage.narrow(0, 1, t.numel()).view(t.shape());
+        view.copy_(t);
+        return view;
+      };
+      const Tensor ag = offset_copy(a), bg = offset_copy(b);
+      for (GemmImpl impl : kImpls) {
+        GemmImplScope scope(impl);
+        Tensor got = offset_copy(full({s.m, s.n}, std::numeric_limits<double>::quiet_NaN(), on_cpu()));
+        REQUIRE(got.is_contiguous());
+        backend_for(kGpu).matmul(ag, bg, got, ta, tb);
+        check_gemm_close(got, want, scale, describe("misaligned matmul vs cpu", s, impl, ta, tb));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda linear forward with and without bias and relu matches the cpu for native and cublas",
+          "[cuda][gemm][linear]") {
+  uint64_t seed = 500;
+  for (const GemmShape& s : kShapes) {  // x [M, K], W [N, K], b [N] -> y [M, N]
+    const Tensor x = random_cpu({s.m, s.k}, ++seed), w = random_cpu({s.n, s.k}, ++seed), b = random_cpu({s.n}, ++seed);
+    const Tensor xg = x.to(kGpu), wg = w.to(kGpu), bg = b.to(kGpu);
+    for (bool with_bias : {false, true}) {
+      for (Activation act : {Activation::None, Activation::ReLU}) {
+        const Tensor bias_cpu = with_bias ? b : Tensor(), bias_gpu = with_bias ? bg : Tensor();
+        Tensor want = empty({s.m, s.n}, on_cpu());
+        cpu_backend().linear_forward(x, w, bias_cpu, want, act);
+        // ReLU is 1-Lipschitz, so the bound of the pre-activation still holds after it.
+        const Tensor scale = product_scale(x, w, false, true, s.m, s.n, bias_cpu);
+        const std::string what = std::string("linear_forward bias=") + (with_bias ? "yes" : "no") +
+                                 " relu=" + (act == Activation::ReLU ? "yes" : "no");
+        for (GemmImpl impl : kImpls) {
+          GemmImplScope scope(impl);
+          Tensor got = nan_gpu({s.m, s.n});
+          backend_for(kGpu).linear_forward(xg, wg, bias_gpu, got, act);
+          check_gemm_close(got, want, scale, describe(what.c_str(), s, impl));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda linear backward gives dx, dW and db like the cpu for native and cublas", "[cuda][gemm][linear]") {
+  // {batch, out, in}: the GEMM shapes again (dy [batch, out]), plus tall dy for the two-stage
+  // column sum (1025 rows: a second chunk of one row; 5000 rows: five chunks).
+  std::vector<GemmShape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({1025, 3, 7});
+  shapes.push_back({5000, 33, 5});
+  uint64_t seed = 700;
+  for (const GemmShape& s : shapes) {
+    const int64_t batch = s.m, out = s.n, in = s.k;
+    const Tensor dy = random_cpu({batch, out}, ++seed), x = random_cpu({batch, in}, ++seed),
+                 w = random_cpu({out, in}, ++seed);
+    Tensor dx = empty({batch, in}, on_cpu()), dw = empty({out, in}, on_cpu()), db = empty({out}, on_cpu());
+    cpu_backend().linear_backward(dy, x, w, dx, dw, db);
+    const Tensor dx_scale = product_scale(dy, w, false, false, batch, in);
+    const Tensor dw_scale = product_scale(dy, x, true, false, out, in);
+    const Tensor db_scale = column_abs_sum(dy);
+    const Tensor dyg = dy.to(kGpu), xg = x.to(kGpu), wg = w.to(kGpu);
+    for (GemmImpl impl : kImpls) {
+      GemmImplScope scope(impl);
+      Tensor gdx = nan_gpu({batch, in}), gdw = nan_gpu({out, in}), gdb = nan_gpu({out});
+      backend_for(kGpu).linear_backward(dyg, xg, wg, gdx, gdw, gdb);
+      check_gemm_close(gdx, dx, dx_scale, describe("dx = dy·W", s, impl));
+      check_gemm_close(gdw, dw, dw_scale, describe("dW = dyᵀ·x", s, impl));
+      check_gemm_close(gdb, db, db_scale, describe("db = column sums of dy", s, impl));
+
+      // Outputs not needed are undefined: each one alone is still right, the others skipped.
+      Tensor none;
+      Tensor only_dx = nan_gpu({batch, in}), only_dw = nan_gpu({out, in}), only_db = nan_gpu({out});
+      backend_for(kGpu).linear_backward(dyg, xg, wg, only_dx, none, none);
+      backend_for(kGpu).linear_backward(dyg, xg, wg, none, only_dw, none);
+      backend_for(kGpu).linear_backward(dyg, xg, wg, none, none, only_db);
+      check_gemm_close(only_dx, dx, dx_scale, describe("dx alone", s, impl));
+      check_gemm_close(only_dw, dw, dw_scale, describe("dW alone", s, impl));
+      check_gemm_close(only_db, db, db_scale, describe("db alone", s, impl));
+    }
+  }
+}
+
+TEST_CASE("cuda linear through autograd gives the cpu gradients for native and cublas", "[cuda][gemm][linear]") {
+  const Tensor x = random_cpu({128, 784}, 901), w = random_cpu({256, 784}, 902), b = random_cpu({256}, 903);
+  const Tensor g = random_cpu({128, 256}, 904);  // the incoming gradient of y
+  auto run = [&](Device device) {
+    Tensor xd = x.to(device).detach().requires_grad_(), wd = w.to(device).detach().requires_grad_(),
+           bd = b.to(device).detach().requires_grad_();
+    Tensor y = ops::linear(xd, wd, bd);
+    y.backward(g.to(device));
+    return std::vector<Tensor>{y.detach(), xd.grad(), wd.grad(), bd.grad()};
+  };
+  const std::vector<Tensor> want = run(Device::cpu());
+  const Tensor y_scale = product_scale(x, w, false, true, 128, 256, b);
+  const Tensor dx_scale = product_scale(g, w, false, false, 128, 784);
+  const Tensor dw_scale = product_scale(g, x, true, false, 256, 784);
+  const Tensor db_scale = column_abs_sum(g);
+  for (GemmImpl impl : kImpls) {
+    GemmImplScope scope(impl);
+    const std::vector<Tensor> got = run(kGpu);
+    const std::string name = gemm_impl_name(impl);
+    for (const Tensor& t : got) REQUIRE(t.defined());
+    check_gemm_close(got[0], want[0], y_scale, "y, " + name);
+    check_gemm_close(got[1], want[1], dx_scale, "x.grad, " + name);
+    check_gemm_close(got[2], want[2], dw_scale, "w.grad, " + name);
+    check_gemm_close(got[3], want[3], db_scale, "b.grad, " + name);
+  }
+}
+
+TEST_CASE("cuda GEMMs with an empty inner dimension write the bias or zeros", "[cuda][gemm][linear]") {
+  for (GemmImpl impl : kImpls) {
+    GemmImplScope scope(impl);
+    INFO("impl=" << gemm_impl_name(impl));
+    Backend& gpu = backend_for(kGpu);
+    // matmul [5, 0]·[0, 7] = zeros (the output starts as NaN: it must be written).
+    Tensor c = nan_gpu({5, 7});
+    gpu.matmul(zeros({5, 0}, on_gpu()), zeros({0, 7}, on_gpu()), c, false, false);
+    check_equal(c, zeros({5, 7}, on_cpu()), "matmul with K = 0");
+    Tensor ct = nan_gpu({5, 7});
+    gpu.matmul(zeros({0, 5}, on_gpu()), zeros({7, 0}, on_gpu()), ct, true, true);
+    check_equal(ct, zeros({5, 7}, on_cpu()), "transposed matmul with K = 0");
+
+    // linear with no input features: y = act(b) on every row.
+    const Tensor bias = from_vector<float>({1.5f, -2.0f, 0.0f, 3.0f}, {4}, on_cpu());
+    Tensor y = nan_gpu({3, 4});
+    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), bias.to(kGpu), y, Activation::None);
+    check_equal(y, from_vector<float>({1.5f, -2, 0, 3, 1.5f, -2, 0, 3, 1.5f, -2, 0, 3}, {3, 4}, on_cpu()), "K = 0, bias");
+    Tensor yr = nan_gpu({3, 4});
+    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), bias.to(kGpu), yr, Activation::ReLU);
+    check_equal(yr, from_vector<float>({1.5f, 0, 0, 3, 1.5f, 0, 0, 3, 1.5f, 0, 0, 3}, {3, 4}, on_cpu()),
+                "K = 0, bias, relu");
+    Tensor y0 = nan_gpu({3, 4});
+    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), Tensor(), y0, Activation::None);
+    check_equal(y0, zeros({3, 4}, on_cpu()), "K = 0, no bias");
+
+    // linear backward with an empty batch: dW and db are empty sums (zeros), dx has no elements.
+    Tensor dx = empty({0, 3}, on_gpu()), dw = nan_gpu({4, 3}), db = nan_gpu({4});
+    gpu.linear_backward(zeros({0, 4}, on_gpu()), zeros({0, 3}, on_gpu()), random_cpu({4, 3}, 7).to(kGpu), dx, dw, db);
+    check_equal(dw, zeros({4, 3}, on_cpu()), "dW of an empty batch");
+    check_equal(db, zeros({4}, on_cpu()), "db of an empty batch");
+    // ... and with no output features: dx = dy[5, 0]·W[0, 3] = zeros.
+    Tensor dx2 = nan_gpu({5, 3}), dw2 = empty({0, 3}, on_gpu()), db2 = empty({0}, on_gpu());
+    gpu.linear_backward(zeros({5, 0}, on_gpu()), random_cpu({5, 3}, 8).to(kGpu), zeros({0, 3}, on_gpu()), dx2, dw2,
+                        db2);
+    check_equal(dx2, zeros({5, 3}, on_cpu()), "dx with no output features");
+  }
+}
+
+TEST_CASE("the native cuda GEMM and column sums give the same bits on every run", "[cuda][gemm]") {
+  GemmImplScope scope(GemmImpl::Native);
+  for (const GemmShape& s : {GemmShape{257, 31, 1000}, GemmShape{1537, 1400, 67}}) {
+    const Tensor a = random_cpu({s.m, s.k}, 1001).to(kGpu), b = random_cpu({s.n, s.k}, 1002).to(kGpu);
+    Tensor first = nan_gpu({s.m, s.n}), second = nan_gpu({s.m, s.n});
+    backend_for(kGpu).matmul(a, b, first, false, true);
+    backend_for(kGpu).matmul(a, b, second, false, true);
+    check_equal(first, second, describe("matmul twice", s, GemmImpl::Native, false, true));
+  }
+  const Tensor dy = random_cpu({5000, 33}, 1003).to(kGpu), x = random_cpu({5000, 5}, 1004).to(kGpu),
+               w = random_cpu({33, 5}, 1005).to(kGpu);
+  Tensor none, db1 = nan_gpu({33}), db2 = nan_gpu({33});
+  backend_for(kGpu).linear_backward(dy, x, w, none, none, db1);
+  backend_for(kGpu).linear_backward(dy, x, w, none, none, db2);
+  check_equal(db1, db2, "db of a tall dy twice");
+}
