@@ -5,14 +5,15 @@
 //   relu_backward: dx = y > 0 ? dy : 0                (y is the forward output)
 //   equal:         out = (a == b) ? 1 : 0 as float32  (a, b contiguous, same dtype)
 // Strategy: these kernels move bytes and do almost no math, so they are written to keep the
-// memory system busy. The contiguous cases go through one grid-stride "map" kernel that reads
-// and writes 16-byte float4s, four per thread per trip (many loads in flight per SM), with a
-// scalar head and tail so that any size and any 4-byte-aligned start is handled (Note [vector
-// alignment]). binary picks the map kernel when both inputs are contiguous, a variant that keeps
-// the scalar in a register when one input is a broadcast single element (x * 0.5, 1 - x), and a
-// strided kernel otherwise: the host first drops size-1 dims and merges dims that are
-// contiguous in both inputs (a bias row over [N, C] becomes rank 2), then each thread unravels
-// its output index into two input offsets, in 32-bit arithmetic whenever every index fits.
+// memory system busy. The contiguous cases go through one grid-stride "map" kernel (one wave of
+// resident blocks) that reads and writes 16-byte float4s, four per thread per trip (many loads
+// in flight per SM), with a scalar head and tail so that any size and any 4-byte-aligned start
+// is handled (Note [vector alignment]). binary picks the map kernel when both inputs are
+// contiguous, a variant that keeps the scalar in a register when one input is a broadcast
+// single element (x * 0.5, 1 - x), and a strided kernel otherwise: the host first drops size-1
+// dims and merges dims that are contiguous in both inputs (a bias row over [N, C] becomes
+// rank 2), then each thread unravels its output index into two input offsets, in 32-bit
+// arithmetic whenever every index fits.
 #include <cstdint>
 
 #include "core/error.h"
@@ -205,12 +206,29 @@ const char* binary_name(BinaryOp op) {
   return "binary";
 }
 
+// Blocks of map_kernel<kInputs, F> that fit on one multiprocessor at once (registers decide).
+// The grid-stride grid is one such wave: a second, partial wave would run the last share of
+// the work at a fraction of the occupancy.
+template <int kInputs, class F>
+int map_blocks_per_multiprocessor() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, map_kernel<kInputs, F>, kMapThreads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky; fall back to a safe guess
+      b = 4;
+    }
+    return b > 0 ? b : 1;
+  }();
+  return blocks;
+}
+
 template <int kInputs, class F>
 void launch_map(const CudaBackend& be, F f, float* out, const float* in0, const float* in1, int64_t n) {
   const VectorSplit split = split_for_vectors<kInputs>(n, out, in0, in1);
   // Threads needed: one per kMapUnroll float4s of the body, or one per element when scalar.
   const int64_t work = split.vectors > 0 ? ceil_div(split.vectors, kMapUnroll) : n;
-  const unsigned blocks = grid_for(work, kMapThreads, be.multiprocessor_count());
+  const unsigned blocks =
+      grid_for(work, kMapThreads, be.multiprocessor_count(), map_blocks_per_multiprocessor<kInputs, F>());
   map_kernel<kInputs><<<blocks, kMapThreads, 0, be.stream()>>>(f, out, in0, in1, n, split);
   MINIDL_LAUNCH_CHECK();
 }

@@ -297,7 +297,8 @@ void CudaBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inn
     col_sums(*this, px, po, outer, n, inner, n, 1);
     return;
   }
-  Tensor partial = empty(Shape{splits, outer * inner}, TensorOptions(DType::Float32, device()));  // [splits, outer*inner]
+  // [splits, outer * inner]
+  Tensor partial = empty(Shape{splits, outer * inner}, TensorOptions(DType::Float32, device()));
   col_sums(*this, px, partial.data<float>(), outer, n, inner, chunk, splits);
   // Pass 2: the partials summed over splits, as one column-sum of [1, splits, outer * inner].
   col_sums(*this, partial.data<float>(), po, 1, splits, outer * inner, splits, 1);
