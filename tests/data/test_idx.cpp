@@ -11,27 +11,18 @@
 
 #include "data/idx.h"
 #include "data/mnist.h"
+#include "data/idx_bytes.h"
 #include "error_message.h"
 #include "temp_dir.h"
 
 using namespace minidl;
 using namespace minidl::data;
 using minidl::testing::error_message;
+using namespace minidl::testing;
 using minidl::testing::TempDir;
 using Catch::Contains;
 
 namespace {
-
-std::string be32(uint32_t v) {
-  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
-}
-
-// An IDX file: magic {0, 0, type, rank}, the dims big-endian, then `payload` as given.
-std::string idx_file(uint8_t type, const std::vector<uint32_t>& dims, const std::string& payload) {
-  std::string s{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
-  for (uint32_t d : dims) s += be32(d);
-  return s + payload;
-}
 
 IdxArray parse(const std::string& bytes, const std::string& name = "mem.idx") {
   return parse_idx(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), name);
@@ -44,20 +35,6 @@ std::string be(T v) {
   std::memcpy(b, &v, sizeof v);
   std::string s;
   for (size_t i = sizeof(T); i-- > 0;) s.push_back(static_cast<char>(b[i]));
-  return s;
-}
-
-// Writes `bytes` gzipped with zlib's gz* API (as the gzip tool would); mode "ab" appends a member.
-void write_gzip(const std::string& path, const std::string& bytes, const char* mode = "wb") {
-  gzFile f = gzopen(path.c_str(), mode);
-  REQUIRE(f != nullptr);
-  if (!bytes.empty()) REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
-  REQUIRE(gzclose(f) == Z_OK);
-}
-
-std::string ubytes(std::initializer_list<int> values) {
-  std::string s;
-  for (int v : values) s.push_back(static_cast<char>(v));
   return s;
 }
 

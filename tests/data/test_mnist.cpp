@@ -8,26 +8,18 @@
 
 #include "data/idx.h"
 #include "data/mnist.h"
+#include "data/idx_bytes.h"
 #include "error_message.h"
 #include "temp_dir.h"
 
 using namespace minidl;
 using namespace minidl::data;
 using minidl::testing::error_message;
+using minidl::testing::idx_file;
 using minidl::testing::TempDir;
 using Catch::Contains;
 
 namespace {
-
-std::string be32(uint32_t v) {
-  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
-}
-
-std::string idx_file(uint8_t type, const std::vector<uint32_t>& dims, const std::string& payload) {
-  std::string s{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
-  for (uint32_t d : dims) s += be32(d);
-  return s + payload;
-}
 
 // Image i has every pixel equal to (i * 37 + pixel index) % 256; label i is labels[i].
 std::string images_payload(int n, int side = 28) {
@@ -44,20 +36,13 @@ void write_split(const TempDir& dir, const std::string& prefix, int n_images, co
   const std::string lab = idx_file(kIdxUint8, {uint32_t(labels.size())}, labels);
   auto put = [&](const std::string& name, const std::string& bytes) {
     if (!gz) return testing::write_bytes(dir.file(name), bytes);
-    gzFile f = gzopen(dir.file(name + ".gz").c_str(), "wb");
-    REQUIRE(f != nullptr);
-    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
-    REQUIRE(gzclose(f) == Z_OK);
+    testing::write_gzip(dir.file(name + ".gz"), bytes);
   };
   put(prefix + "-images-idx3-ubyte", img);
   put(prefix + "-labels-idx1-ubyte", lab);
 }
 
-std::string labels_of(std::initializer_list<int> v) {
-  std::string s;
-  for (int x : v) s.push_back(static_cast<char>(x));
-  return s;
-}
+std::string labels_of(std::initializer_list<int> v) { return testing::ubytes(v); }
 
 MnistOptions raw_options() {
   MnistOptions o;
