@@ -35,16 +35,26 @@ if [[ -z "$py" ]]; then
   exit 0
 fi
 
-# As in bench/run_cpu.sh: an inherited OPENBLAS_CORETYPE (some images set Haswell) would hold
-# PyTorch's OpenBLAS to AVX2 kernels on this AVX-512 machine; let it pick its best.
-unset OPENBLAS_CORETYPE
+# PyTorch's GEMMs run in Debian's OpenBLAS (0.3.21), which does not recognise every CPU: on
+# the project's Intel Xeon VM (family 6, model 207) its own detection falls back to the
+# Prescott (SSE3) kernels, about half the speed of its AVX-512 ones there, which is why that
+# environment sets OPENBLAS_CORETYPE=Haswell. Give it the best kernels the CPU can run:
+# SkylakeX with AVX-512, Haswell with AVX2 (BENCH_OPENBLAS_CORETYPE overrides; "auto" leaves
+# OpenBLAS to detect). The meta line records the choice.
+coretype=${BENCH_OPENBLAS_CORETYPE:-}
+if [[ -z "$coretype" ]]; then
+  if grep -qw avx512f /proc/cpuinfo; then coretype=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then coretype=Haswell
+  else coretype=auto; fi
+fi
+if [[ "$coretype" == auto ]]; then unset OPENBLAS_CORETYPE; else export OPENBLAS_CORETYPE=$coretype; fi
 export OMP_NUM_THREADS=$threads
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)
 dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s,"threads":%s}\n' \
-  "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$(nproc)" "$threads"
+printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s,"threads":%s,"openblas_coretype":"%s","load":"%s"}\n' \
+  "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$(nproc)" "$threads" "$coretype" "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
