@@ -7,7 +7,9 @@
 # Environment: THREADS (default 2; sets OMP_NUM_THREADS for both, and torch.set_num_threads),
 # EPOCHS per run (default 5), ROUNDS (default 2: minidl, PyTorch, minidl, PyTorch, ... so that a
 # change in the machine's load hits both), LOADER (PyTorch's batching: index or dataloader),
-# BUILD_DIR (skip the build and use that tree). Only the training pass of each epoch is timed;
+# BUILD_DIR (skip the build and use that tree), TORCH_OPENBLAS_THREADS (OPENBLAS_NUM_THREADS for
+# PyTorch only: Debian's OpenBLAS starts its own pthreads beside PyTorch's OpenMP team, and with
+# THREADS=2 the two teams share 2 cores; 1 keeps PyTorch to its OpenMP threads, which is faster). Only the training pass of each epoch is timed;
 # the summary gives each side's median epoch over all its epochs and the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,16 +37,27 @@ if [[ -z "$py" ]]; then
   exit 0
 fi
 
-# As in bench/run_cpu.sh: an inherited OPENBLAS_CORETYPE (some images set Haswell) would hold
-# PyTorch's OpenBLAS to AVX2 kernels on this AVX-512 machine; let it pick its best.
-unset OPENBLAS_CORETYPE
+# PyTorch's GEMMs run in Debian's OpenBLAS (0.3.21), which does not recognise every CPU: on
+# the project's Intel Xeon VM (family 6, model 207) its own detection falls back to the
+# Prescott (SSE3) kernels, about half the speed of its AVX-512 ones there, which is why that
+# environment sets OPENBLAS_CORETYPE=Haswell. Give it the best kernels the CPU can run:
+# SkylakeX with AVX-512, Haswell with AVX2 (BENCH_OPENBLAS_CORETYPE overrides; "auto" leaves
+# OpenBLAS to detect). The meta line records the choice.
+coretype=${BENCH_OPENBLAS_CORETYPE:-}
+if [[ -z "$coretype" ]]; then
+  if grep -qw avx512f /proc/cpuinfo; then coretype=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then coretype=Haswell
+  else coretype=auto; fi
+fi
+if [[ "$coretype" == auto ]]; then unset OPENBLAS_CORETYPE; else export OPENBLAS_CORETYPE=$coretype; fi
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # GNU nproc honours those two
 export OMP_NUM_THREADS=$threads
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)
 dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s,"threads":%s}\n' \
-  "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$(nproc)" "$threads"
+printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s,"threads":%s,"openblas_coretype":"%s","torch_openblas_threads":"%s","load":"%s"}\n' \
+  "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$cores" "$threads" "$coretype" "${TORCH_OPENBLAS_THREADS:-default}" "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -62,7 +75,8 @@ for row in csv.DictReader(open(sys.argv[1])):
                      separators=(",", ":")))
 EOF
   echo "round $r/$rounds: PyTorch ($loader loader)" >&2
-  "$py" bench/torch_fashion_mnist.py --epochs "$epochs" --loader "$loader" --threads "$threads" |
+  ${TORCH_OPENBLAS_THREADS:+env OPENBLAS_NUM_THREADS=$TORCH_OPENBLAS_THREADS} \
+    "$py" bench/torch_fashion_mnist.py --epochs "$epochs" --loader "$loader" --threads "$threads" |
     "$py" -c 'import json, sys
 for line in sys.stdin:
     d = json.loads(line); d["round"] = int(sys.argv[1]); print(json.dumps(d, separators=(",", ":")))' "$r"

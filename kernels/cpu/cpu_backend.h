@@ -1,20 +1,29 @@
 // CpuBackend: the CPU implementation of every kernel behind core/backend.h, templated over
 // float and double (and int64 where labels need it). The methods are defined across
 // kernels/cpu/*.cpp by kernel family: memory.cpp, elementwise.cpp, reduce.cpp, gemm.cpp,
-// linear.cpp, softmax.cpp, optimizer.cpp. OpenMP is used only above kParallelGrain elements,
-// so the tiny tensors of the seed model never pay for a thread team.
+// linear.cpp, softmax.cpp, optimizer.cpp. Loops above kParallelGrain elements are split over
+// the kernels' ThreadPool (kernels/cpu/thread_pool.h), so the tiny tensors of the seed model
+// never wake a thread.
 #pragma once
 
+#include <algorithm>
+
 #include "core/backend.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace minidl::cpu {
 
 // Below this many elements a loop runs on the calling thread.
 inline constexpr int64_t kParallelGrain = 1 << 15;
 
-// f(i) for i in [0, n): independent, vectorisable iterations. Small loops never enter an
-// OpenMP region at all — even a one-thread region costs about a microsecond in libgomp,
-// which is a fifth of the seed model's whole training step.
+// [begin, end) of part `part` of `parts` equal slices of [0, n).
+inline std::pair<int64_t, int64_t> slice_of(int64_t n, int part, int parts) {
+  return {n * part / parts, n * (part + 1) / parts};
+}
+
+// f(i) for i in [0, n): independent, vectorisable iterations. Small loops run right here:
+// even handing work to a thread that is awake costs about a microsecond, a fifth of the seed
+// model's whole training step.
 template <typename F>
 void parallel_for(int64_t n, F&& f) {
   if (n <= kParallelGrain) {
@@ -22,8 +31,13 @@ void parallel_for(int64_t n, F&& f) {
     for (int64_t i = 0; i < n; ++i) f(i);
     return;
   }
-#pragma omp parallel for simd
-  for (int64_t i = 0; i < n; ++i) f(i);
+  ThreadPool& pool = ThreadPool::instance();
+  const int parts = static_cast<int>(std::min<int64_t>(pool.max_threads(), (n + kParallelGrain - 1) / kParallelGrain));
+  pool.run(parts, [&](int part, int count) {
+    const auto [begin, end] = slice_of(n, part, count);
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) f(i);
+  });
 }
 
 // f(r) for r in [0, rows): independent rows whose total cost is about `work` elements.
@@ -33,8 +47,13 @@ void parallel_rows(int64_t rows, int64_t work, F&& f) {
     for (int64_t r = 0; r < rows; ++r) f(r);
     return;
   }
-#pragma omp parallel for
-  for (int64_t r = 0; r < rows; ++r) f(r);
+  ThreadPool& pool = ThreadPool::instance();
+  const int parts = static_cast<int>(
+      std::min<int64_t>({pool.max_threads(), rows, (work + kParallelGrain - 1) / kParallelGrain}));
+  pool.run(parts, [&](int part, int count) {
+    const auto [begin, end] = slice_of(rows, part, count);
+    for (int64_t r = begin; r < end; ++r) f(r);
+  });
 }
 
 class CpuBackend final : public Backend {

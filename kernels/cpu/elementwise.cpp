@@ -57,8 +57,8 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
       case BinaryOp::Mul: binary_loop<T>(a, b, out, [](T x, T y) { return x * y; }); break;
       case BinaryOp::Div:
         if constexpr (std::is_same_v<T, int64_t>) {
-          // Integer division by zero is undefined in C++: refuse it before dividing (a throw
-          // inside the OpenMP loop would terminate the process).
+          // Integer division by zero is undefined in C++: refuse it before dividing, so the
+          // parallel loop itself never has to stop half way.
           bool zero = false;
           const T* pb = static_cast<const T*>(b.raw_data());
           for_each_strided(out.shape(), b.strides(), b.strides(),

@@ -10,14 +10,12 @@
 // direct loop: packing would cost more than the math.
 //
 // Threads: C is cut into one block of whole NR-column strips per thread (or of MR-row strips
-// when N has too few strips), and each thread runs the serial algorithm on its block with its
-// own packing buffers. The only synchronisation is the end of the one parallel region: no
+// when N has too few strips), and each thread of the ThreadPool runs the serial algorithm on
+// its block with its own packing buffers. The only synchronisation is the end of the run: no
 // barrier per K block, which matters for the MLP's small GEMMs (M = 64) and on a loaded
 // machine, where a barrier waits for whichever thread the OS has descheduled. Every element of
 // C sees the same sequence of K blocks and micro-kernel sums whatever the split, so the result
 // does not depend on the thread count.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -113,7 +111,9 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
     const V b1 = *reinterpret_cast<const V*>(b + VL);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const V ai = V{} + a[i];  // broadcast
+      // scalar × vector: GCC broadcasts a[i] straight from memory. (Writing V{} + a[i] costs
+      // a real scalar add per row, as 0 + -0 is not -0, and takes the FMA ports' slots.)
+      const T ai = a[i];
       c0[i] += ai * b0;
       c1[i] += ai * b1;
     }
@@ -242,16 +242,16 @@ template <typename T>
 void gemm_blocked(const GemmArgs<T>& g) {
   constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
   // Mid-size problems stay on the calling thread: a thread team would cost more than it saves.
-  const int threads = g.m * g.n * g.k > (int64_t{1} << 18) ? omp_get_max_threads() : 1;
+  ThreadPool& pool = ThreadPool::instance();
+  const int threads = g.m * g.n * g.k > (int64_t{1} << 18) ? pool.max_threads() : 1;
   const int64_t col_strips = (g.n + NR - 1) / NR, row_strips = (g.m + MR - 1) / MR;
   const bool split_columns = col_strips >= threads || col_strips >= row_strips;
   const int parts = static_cast<int>(std::min<int64_t>(threads, split_columns ? col_strips : row_strips));
   if (parts <= 1) return gemm_serial(g);
-#pragma omp parallel num_threads(parts)
-  {
-    const GemmArgs<T> sub = block_of(g, omp_get_thread_num(), omp_get_num_threads(), split_columns);
+  pool.run(parts, [&](int part, int count) {
+    const GemmArgs<T> sub = block_of(g, part, count, split_columns);
     if (sub.m > 0 && sub.n > 0) gemm_serial(sub);
-  }
+  });
 }
 
 // K = 0: the product is empty, C = beta·C (+ bias, ReLU).

@@ -1,0 +1,121 @@
+// ThreadPool: start-up, the run protocol and the workers' spin-then-sleep wait.
+//
+// Protocol: run() owns the pool through busy_, publishes (task_, ctx_), sets remaining_ to the
+// helper parts, and stores a new work_ word (release) holding the next generation and the part
+// count. A worker that sees a new word (acquire) runs its part if its index is below the count
+// and then decrements remaining_; the caller runs part 0, then waits for remaining_ to reach 0
+// (acquire), which also publishes the helpers' writes to it. A worker without a part touches
+// nothing but work_, so the next run may start without waiting for it. Waiting is a short spin,
+// then a condition variable.
+#include "kernels/cpu/thread_pool.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace minidl::cpu {
+
+namespace {
+
+constexpr int64_t kSpinMicros = 50;  // covers the gaps between the kernels of one training step
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins up to kSpinMicros for `done()`; false when it is still not done.
+template <typename Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+}  // namespace
+
+ThreadPool& ThreadPool::instance() {
+  static ThreadPool pool;
+  return pool;
+}
+
+ThreadPool::ThreadPool() : max_threads_(std::clamp(omp_get_max_threads(), 1, 255)) {}
+
+ThreadPool::~ThreadPool() {
+  if (workers_.empty()) return;
+  const uint64_t generation = (work_.load(std::memory_order_relaxed) >> 8) + 1;
+  work_.store(generation << 8, std::memory_order_release);  // parts = 0: exit
+  { std::lock_guard<std::mutex> lock(sleep_mutex_); }
+  work_changed_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::start_workers() {
+  // Each worker starts from the word as it is now, before the first run publishes its own: a
+  // thread that read work_ only once it was running could take that run's word as old news.
+  const uint64_t now = work_.load(std::memory_order_acquire);
+  for (int w = 1; w < max_threads_; ++w) workers_.emplace_back([this, w, now] { worker_loop(w, now); });
+}
+
+void ThreadPool::run_part(int part, int parts) {
+  try {
+    task_(ctx_, part, parts);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
+}
+
+void ThreadPool::worker_loop(int index, uint64_t seen) {
+  while (true) {
+    if (!spin_until([&] { return work_.load(std::memory_order_acquire) != seen; })) {
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      work_changed_.wait(lock, [&] { return work_.load(std::memory_order_acquire) != seen; });
+    }
+    seen = work_.load(std::memory_order_acquire);
+    const int parts = static_cast<int>(seen & 0xff);
+    if (parts == 0) return;
+    if (index < parts) {
+      run_part(index, parts);
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        { std::lock_guard<std::mutex> lock(sleep_mutex_); }
+        parts_done_.notify_one();
+      }
+    }
+  }
+}
+
+void ThreadPool::run_erased(int parts, Task task, void* ctx) {
+  parts = std::min(parts, max_threads_);
+  bool expected = false;
+  if (parts <= 1 || !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+    for (int p = 0; p < std::max(parts, 1); ++p) task(ctx, p, std::max(parts, 1));  // alone, in order
+    return;
+  }
+  std::call_once(started_, [this] { start_workers(); });
+  task_ = task;
+  ctx_ = ctx;
+  error_ = nullptr;
+  remaining_.store(parts - 1, std::memory_order_relaxed);
+  const uint64_t generation = (work_.load(std::memory_order_relaxed) >> 8) + 1;
+  work_.store((generation << 8) | static_cast<uint64_t>(parts), std::memory_order_release);
+  { std::lock_guard<std::mutex> lock(sleep_mutex_); }
+  work_changed_.notify_all();
+
+  run_part(0, parts);
+  if (!spin_until([&] { return remaining_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(sleep_mutex_);
+    parts_done_.wait(lock, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
+  }
+  std::exception_ptr error = error_;
+  error_ = nullptr;
+  busy_.store(false, std::memory_order_release);
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace minidl::cpu
