@@ -8,7 +8,7 @@
 //      of the step, and the part backward had to wait for (GradientSyncStats::wait_seconds).
 //   2. All-reduce bandwidth of the communicator over 2..N devices, nccl-tests' definitions:
 //      algbw = bytes / time, busbw = algbw · 2(n-1)/n.
-// Medians over --repeats runs. JSON lines on stdout, a table on stderr. --device cuda replicates
+// Medians over --repeats runs, the configurations timed in turn within each repeat. JSON lines on stdout, a table on stderr. --device cuda replicates
 // over every CUDA device (it needs the NCCL communicator); the default is CPU replicas.
 #include <omp.h>
 
@@ -85,51 +85,77 @@ struct Workload {
   int64_t batch, features, classes;
 };
 
+// One timed configuration: the plain model (dp null) or DataParallel over n replicas.
+struct StepConfig {
+  int replicas = 1;
+  std::vector<Device> devices;
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<parallel::DataParallel> dp;
+  std::unique_ptr<optim::SGD> opt;
+  std::vector<double> runs_us;  // us/step of each timed run
+  double wait_s = 0;            // summed GradientSyncStats::wait_seconds
+  int64_t timed_steps = 0;
+};
+
 void bench_steps(const Workload& w, Device device, const std::vector<int>& replica_counts, int warmup, int steps,
                  int repeats) {
   Generator g(1);
   const Tensor x = randn({w.batch, w.features}, {}, &g).to(device);
   const Tensor y = randint(0, w.classes, {w.batch}, DType::Int64, &g).to(device);
   nn::CrossEntropyLoss criterion;
-  auto step_of = [&](nn::Module& model, optim::SGD& opt) {
-    return [&] {
-      opt.zero_grad();
-      Tensor loss = criterion(model(x), y);
-      loss.backward();
-      opt.step();
-    };
-  };
 
   manual_seed(0);
-  std::shared_ptr<nn::Module> plain = w.make();
-  plain->to(device);
-  optim::SGD plain_opt(plain->parameters(), optim::SGDOptions{.lr = 0.01});
-  const double plain_us = median_us(step_of(*plain, plain_opt), warmup, steps, repeats, {device});
+  std::shared_ptr<nn::Module> init = w.make();
+  init->to(device);
+  std::vector<StepConfig> configs(replica_counts.size() + 1);  // [0]: the plain model
+  for (size_t c = 0; c < configs.size(); ++c) {
+    StepConfig& cfg = configs[c];
+    cfg.model = init->clone();
+    cfg.devices = {device};
+    if (c > 0) {
+      cfg.replicas = replica_counts[c - 1];
+      cfg.devices = replica_devices(device, cfg.replicas);
+      cfg.dp = std::make_unique<parallel::DataParallel>(cfg.model, cfg.devices);
+    }
+    nn::Module& trained = cfg.dp ? static_cast<nn::Module&>(*cfg.dp) : *cfg.model;
+    cfg.opt = std::make_unique<optim::SGD>(trained.parameters(), optim::SGDOptions{.lr = 0.01});
+  }
+  auto run_steps = [&](StepConfig& cfg, int count, bool timed) {
+    nn::Module& trained = cfg.dp ? static_cast<nn::Module&>(*cfg.dp) : *cfg.model;
+    const auto start = clock_type::now();
+    for (int i = 0; i < count; ++i) {
+      cfg.opt->zero_grad();
+      Tensor loss = criterion(trained(x), y);
+      loss.backward();
+      cfg.opt->step();
+      if (timed && cfg.dp) cfg.wait_s += cfg.dp->last_gradient_sync().wait_seconds;
+    }
+    synchronize(cfg.devices);
+    if (!timed) return;
+    cfg.runs_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count() / count);
+    cfg.timed_steps += count;
+  };
+  for (StepConfig& cfg : configs) run_steps(cfg, warmup, false);
+  // Round robin, so that the machine's drifting load falls on every configuration alike.
+  for (int r = 0; r < repeats; ++r)
+    for (StepConfig& cfg : configs) run_steps(cfg, steps, true);
+
+  const double plain_us = median(configs[0].runs_us);
   std::fprintf(stderr, "%-6s batch %5lld  plain model          %10.1f us/step\n", w.name.c_str(), (long long)w.batch,
                plain_us);
   std::printf("{\"bench\":\"dp_step\",\"model\":\"%s\",\"batch\":%lld,\"device\":\"%s\",\"impl\":\"plain\","
               "\"replicas\":1,\"threads\":%d,\"us_per_step\":%.2f}\n",
               w.name.c_str(), (long long)w.batch, device.str().c_str(), omp_get_max_threads(), plain_us);
 
-  for (int n : replica_counts) {
-    const std::vector<Device> devices = replica_devices(device, n);
-    std::shared_ptr<nn::Module> model = plain->clone();
-    parallel::DataParallel dp(model, devices);
-    optim::SGD opt(dp.parameters(), optim::SGDOptions{.lr = 0.01});
-    double wait_s = 0;
-    int waits = 0;
-    auto step = step_of(dp, opt);
-    const double dp_us = median_us(
-        [&] {
-          step();
-          wait_s += dp.last_gradient_sync().wait_seconds;
-          ++waits;
-        },
-        warmup, steps, repeats, devices);
-    const double wait_us = 1e6 * wait_s / waits;
+  for (size_t c = 1; c < configs.size(); ++c) {
+    StepConfig& cfg = configs[c];
+    parallel::DataParallel& dp = *cfg.dp;
+    const int n = cfg.replicas;
+    const double dp_us = median(cfg.runs_us);
+    const double wait_us = 1e6 * cfg.wait_s / static_cast<double>(cfg.timed_steps);
 
     // The same collectives alone: broadcast of every parameter, then one all-reduce per bucket.
-    std::vector<parallel::DeviceTensors> params(model->parameters().size());
+    std::vector<parallel::DeviceTensors> params(cfg.model->parameters().size());
     for (int r = 0; r < n; ++r) {
       auto p = dp.replica(r).parameters();
       for (size_t k = 0; k < p.size(); ++k) params[k].push_back(p[k]);
@@ -137,15 +163,16 @@ void bench_steps(const Workload& w, Device device, const std::vector<int>& repli
     std::vector<parallel::DeviceTensors> buckets;
     for (const parallel::GradientBucket& b : dp.buckets()) {
       parallel::DeviceTensors flat;
-      for (const Device& d : devices) flat.push_back(zeros({b.numel}, TensorOptions(b.dtype, d)));
+      for (const Device& d : cfg.devices) flat.push_back(zeros({b.numel}, TensorOptions(b.dtype, d)));
       buckets.push_back(std::move(flat));
     }
-    const double comm_us = median_us(
+    // One replica communicates nothing (Note [one participant] in parallel/gradient_reducer.cpp).
+    const double comm_us = n == 1 ? 0.0 : median_us(
         [&] {
           dp.communicator().broadcast_grouped(params, 0)->wait();
           for (const auto& flat : buckets) dp.communicator().all_reduce(flat, parallel::ReduceOp::Sum)->wait();
         },
-        warmup, steps, repeats, devices);
+        warmup, steps, repeats, cfg.devices);
     const double share = comm_us / dp_us;
     std::fprintf(stderr,
                  "%-6s batch %5lld  DataParallel x%-2d     %10.1f us/step  (%+6.1f%% vs plain)  communication alone "
@@ -208,8 +235,13 @@ int main(int argc, char** argv) {
         MINIDL_CHECK(n <= cuda_device_count(), "--replicas ", n, " exceeds the ", cuda_device_count(),
                      " CUDA device(s)");
     }
-    std::fprintf(stderr, "DataParallel benchmark on %s, %d OpenMP thread(s), medians of %d runs\n",
-                 device.str().c_str(), omp_get_max_threads(), repeats);
+    double load = -1;  // the machine's 1-minute load average: other work skews every figure
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+      if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+      std::fclose(f);
+    }
+    std::fprintf(stderr, "DataParallel benchmark on %s, %d OpenMP thread(s), medians of %d runs, load average %.2f\n",
+                 device.str().c_str(), omp_get_max_threads(), repeats, load);
     bench_steps(Workload{"seed", [] { return std::make_shared<SimpleModel>(); }, 10, 10, 2}, device, replicas,
                 warmup * 100, seed_steps, repeats);
     bench_steps(Workload{"mlp", make_mlp, batch, 784, 10}, device, replicas, warmup, steps, repeats);

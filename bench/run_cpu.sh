@@ -2,15 +2,15 @@
 # run_cpu.sh: every CPU benchmark in one run, JSON lines on stdout (tables and notes on stderr):
 #   bench/run_cpu.sh > bench/results-$(date +%F).jsonl
 # First line: {"bench":"meta",...} with date, commit and machine. Then bench/gemm on 1 and 2
-# threads (minidl and OpenBLAS), bench/train_step (minidl) and bench/torch_seed_step.py (PyTorch)
-# on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
+# threads (minidl and OpenBLAS), bench/train_step (minidl), bench/data_parallel (CPU replicas)
+# and bench/torch_seed_step.py (PyTorch) on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build/release}
 
 if [[ -z "${BUILD_DIR:-}" ]]; then
   cmake --preset release >&2
-  cmake --build --preset release -j"$(nproc)" --target gemm train_step >&2
+  cmake --build --preset release -j"$(nproc)" --target gemm train_step data_parallel_bench >&2
 fi
 
 # Let OpenBLAS pick its best kernels for this CPU: an inherited OPENBLAS_CORETYPE (some images
@@ -27,6 +27,7 @@ for threads in 1 2; do
   OMP_NUM_THREADS=$threads "$build/bin/gemm"
 done
 OMP_NUM_THREADS=1 "$build/bin/train_step"
+OMP_NUM_THREADS=1 "$build/bin/data_parallel_bench"
 
 # Debian's python3-torch installs into the system python, which may not be the first python3.
 for py in python3 /usr/bin/python3; do

@@ -40,14 +40,20 @@ void broadcast_range(const DeviceTensors& tensors, int root, Range r) {
                   item * static_cast<size_t>(r.end - r.begin));
 }
 
+size_t bytes_per_device(const std::vector<DeviceTensors>& groups) {
+  size_t bytes = 0;
+  for (const DeviceTensors& g : groups) bytes += static_cast<size_t>(g[0].numel()) * dtype_size(g[0].dtype());
+  return bytes;
+}
+
 std::string describe(const char* what, const std::vector<DeviceTensors>& groups, int devices) {
   return detail::make_message("cpu ", what, " of ", groups.size(), " tensor(s) over ", devices, " device(s)");
 }
 
 }  // namespace
 
-CpuCommunicator::CpuCommunicator(std::vector<Device> devices)
-    : Communicator(std::move(devices)), worker_count_(local_size()) {
+CpuCommunicator::CpuCommunicator(std::vector<Device> devices, size_t inline_bytes)
+    : Communicator(std::move(devices)), worker_count_(local_size()), inline_bytes_(inline_bytes) {
   for (const Device& d : this->devices())
     MINIDL_CHECK(d.is_cpu(), "CpuCommunicator: every device must be the CPU, got ", device_list_str(this->devices()));
   try {
@@ -70,7 +76,23 @@ void CpuCommunicator::stop_workers() {
   workers_.clear();
 }
 
-std::shared_ptr<CollectiveWork> CpuCommunicator::launch(std::function<void(int, int)> run, std::string description) {
+std::shared_ptr<CollectiveWork> CpuCommunicator::launch(std::function<void(int, int)> run, std::string description,
+                                                        size_t bytes) {
+  if (bytes <= inline_bytes_) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (jobs_.empty()) {  // nothing earlier to complete first: Note [small collectives run inline]
+      auto work = std::make_shared<HostCollectiveWork>(std::move(description));
+      std::exception_ptr error;
+      try {
+        for (int w = 0; w < worker_count_; ++w) run(w, worker_count_);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.unlock();
+      work->complete(error);
+      return work;
+    }
+  }
   auto job = std::make_shared<Job>();
   job->run = std::move(run);
   job->work = std::make_shared<HostCollectiveWork>(std::move(description));
@@ -124,6 +146,7 @@ std::shared_ptr<CollectiveWork> CpuCommunicator::all_reduce_grouped(std::vector<
                  "cpu all_reduce: supports float32 and float64 tensors, got ", g[0].dtype());
   std::string description = describe(op == ReduceOp::Sum ? "all_reduce(sum)" : "all_reduce(average)", groups,
                                       local_size());
+  const size_t bytes = bytes_per_device(groups);
   auto shared = std::make_shared<std::vector<DeviceTensors>>(std::move(groups));
   return launch(
       [shared, op](int w, int workers) {
@@ -136,24 +159,25 @@ std::shared_ptr<CollectiveWork> CpuCommunicator::all_reduce_grouped(std::vector<
           }
         }
       },
-      std::move(description));
+      std::move(description), bytes);
 }
 
 std::shared_ptr<CollectiveWork> CpuCommunicator::broadcast_grouped(std::vector<DeviceTensors> groups, int root) {
   check_groups(groups, "broadcast");
   check_root(root, "broadcast");
   std::string description = describe("broadcast", groups, local_size());
+  const size_t bytes = bytes_per_device(groups);
   auto shared = std::make_shared<std::vector<DeviceTensors>>(std::move(groups));
   return launch(
       [shared, root](int w, int workers) {
         for (const DeviceTensors& g : *shared) broadcast_range(g, root, range_of(g[0].numel(), w, workers));
       },
-      std::move(description));
+      std::move(description), bytes);
 }
 
 std::shared_ptr<CollectiveWork> CpuCommunicator::barrier() {
   // Workers take jobs in order: an empty job is done once all earlier ones are.
-  return launch([](int, int) {}, detail::make_message("cpu barrier over ", local_size(), " device(s)"));
+  return launch([](int, int) {}, detail::make_message("cpu barrier over ", local_size(), " device(s)"), 0);
 }
 
 }  // namespace minidl::parallel

@@ -7,6 +7,11 @@
 // ((t0[i] + t1[i]) + t2[i]) + ... in device order, then divided by n for Average, whichever
 // worker computes it and whenever — so the result is the same bits every run, on every
 // device, independent of timing, of the number of workers and of how tensors are grouped.
+//
+// Note [small collectives run inline]: waking a worker costs tens of microseconds (more on a
+// busy machine), far more than summing a few kilobytes. A collective of at most
+// `inline_bytes` per device, launched while no other is queued, is therefore run to completion
+// by the caller and returns a completed work — same element ranges, same order, same bits.
 #pragma once
 
 #include <condition_variable>
@@ -25,8 +30,10 @@ namespace minidl::parallel {
 
 class CpuCommunicator final : public Communicator {
  public:
-  // Every device must be the CPU; one worker thread per entry.
-  explicit CpuCommunicator(std::vector<Device> devices);
+  // Every device must be the CPU; one worker thread per entry. inline_bytes: Note [small
+  // collectives run inline] (0: every collective goes to the workers).
+  static constexpr size_t kDefaultInlineBytes = size_t{64} << 10;
+  explicit CpuCommunicator(std::vector<Device> devices, size_t inline_bytes = kDefaultInlineBytes);
   // Completes every collective already launched (their waits return), then joins the workers.
   ~CpuCommunicator() override;
 
@@ -45,11 +52,13 @@ class CpuCommunicator final : public Communicator {
     std::exception_ptr error;  // the first part's failure (guarded by mutex_)
   };
 
-  std::shared_ptr<CollectiveWork> launch(std::function<void(int, int)> run, std::string description);
+  // `bytes`: what the collective moves per device (for the inline rule).
+  std::shared_ptr<CollectiveWork> launch(std::function<void(int, int)> run, std::string description, size_t bytes);
   void worker_loop(int worker);
   void stop_workers();
 
   const int worker_count_;  // one per device
+  const size_t inline_bytes_;
   std::mutex mutex_;
   std::condition_variable job_added_;
   std::deque<std::shared_ptr<Job>> jobs_;  // launched, not yet completed, in launch order

@@ -1,6 +1,7 @@
 // Tests for parallel/cpu_communicator.* and parallel/host_collective_work.*: all-reduce (sum,
 // average) in the fixed device order, bit for bit, on every device and every run; broadcast
 // from each root; grouped collectives with tensors smaller than the worker count; barrier;
+// small collectives run inline only when nothing is queued;
 // outstanding work completed by the destructor; each argument error; errors rethrown by wait().
 #include <catch2/catch.hpp>
 
@@ -37,9 +38,10 @@ DeviceTensors make_tensors(int devices, int64_t n) {
 }  // namespace
 
 TEST_CASE("cpu all_reduce sums in device order, bit for bit, on every device and every run", "[parallel][comm]") {
-  for (int devices = 1; devices <= 4; ++devices) {
-    INFO("devices = " << devices);
-    CpuCommunicator comm(cpu_replicas(devices));
+  for (int devices = 1; devices <= 4; ++devices)
+  for (size_t inline_bytes : {size_t{0}, CpuCommunicator::kDefaultInlineBytes}) {  // on the workers, on the caller
+    INFO("devices = " << devices << ", inline_bytes = " << inline_bytes);
+    CpuCommunicator comm(cpu_replicas(devices), inline_bytes);
     const int64_t n = 1001;  // not a multiple of the worker count
     std::vector<float> expected(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
@@ -113,6 +115,21 @@ TEST_CASE("a cpu barrier completes after every collective launched before it", "
     CHECK(works[i]->is_completed());
     CHECK(pending[i][1].at({199999}) == 3.0);
   }
+}
+
+TEST_CASE("a small cpu collective runs on the caller when nothing is queued, else after what is",
+          "[parallel][comm]") {
+  CpuCommunicator comm(cpu_replicas(2));
+  DeviceTensors small{full({16}, 1.0), full({16}, 2.0)};
+  CHECK(comm.all_reduce(small, ReduceOp::Sum)->is_completed());  // Note [small collectives run inline]
+  CHECK(small[1].at({15}) == 3.0);
+  DeviceTensors big{full({400000}, 1.0), full({400000}, 2.0)};
+  std::shared_ptr<CollectiveWork> first = comm.all_reduce(big, ReduceOp::Sum);
+  std::shared_ptr<CollectiveWork> second = comm.all_reduce(small, ReduceOp::Sum);
+  second->wait();
+  CHECK(first->is_completed());  // launched earlier, so completed earlier
+  CHECK(big[0].at({399999}) == 3.0);
+  CHECK(small[0].at({0}) == 6.0);
 }
 
 TEST_CASE("destroying a cpu communicator completes its outstanding collectives first", "[parallel][comm]") {

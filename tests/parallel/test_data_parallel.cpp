@@ -41,10 +41,12 @@ struct EventLog {
   }
 };
 
-// A CPU communicator that logs every all-reduce it launches.
+// A CPU communicator that logs every all-reduce it launches; every collective goes to the
+// worker threads (no inline small ones), so a launched all-reduce runs beside backward.
 class RecordingCommunicator final : public Communicator {
  public:
-  RecordingCommunicator(std::vector<Device> devices, EventLog& log) : Communicator(devices), inner_(devices), log_(log) {}
+  RecordingCommunicator(std::vector<Device> devices, EventLog& log)
+      : Communicator(devices), inner_(devices, 0), log_(log) {}
   std::string backend_name() const override { return "recording cpu"; }
   std::shared_ptr<CollectiveWork> all_reduce_grouped(std::vector<DeviceTensors> groups, ReduceOp op) override {
     log_.events.push_back("all_reduce");
@@ -110,11 +112,13 @@ TEST_CASE("DataParallel over 1 to 4 CPU replicas trains like one device for 20 S
           "[parallel][dp][equivalence]") {
   const Batches data = make_batches();
   const std::shared_ptr<Classifier> init = fresh_classifier(7);
-  for (int n = 1; n <= 4; ++n) {
-    INFO("replicas = " << n);
+  for (int n = 1; n <= 4; ++n)
+  for (size_t inline_bytes : {size_t{0}, CpuCommunicator::kDefaultInlineBytes}) {  // asynchronous, or inline
+    INFO("replicas = " << n << ", inline_bytes = " << inline_bytes);
     std::shared_ptr<nn::Module> reference = init->clone();
     std::shared_ptr<nn::Module> model = init->clone();
-    DataParallel dp(model, cpu_replicas(n));
+    DataParallel dp(model, cpu_replicas(n),
+                    DataParallelOptions{.communicator = std::make_shared<CpuCommunicator>(cpu_replicas(n), inline_bytes)});
     CHECK(dp.parameters().size() == 6);
     CHECK(dp.named_parameters()[0].first == "module.fc1.weight");
     optim::SGD ref_opt(reference->parameters(), sgd_momentum());
