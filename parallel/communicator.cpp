@@ -5,6 +5,9 @@
 #include <sstream>
 
 #include "parallel/cpu_communicator.h"
+#ifdef MINIDL_WITH_NCCL
+#include "parallel/nccl/nccl_communicator.h"
+#endif
 
 namespace minidl::parallel {
 
@@ -95,9 +98,22 @@ std::shared_ptr<Communicator> make_communicator(const std::vector<Device>& devic
   return make_cuda_communicator(devices);
 }
 
+bool nccl_available() {
+#ifdef MINIDL_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::shared_ptr<Communicator> make_cuda_communicator(const std::vector<Device>& devices) {
-  throw Error("make_communicator: the NCCL communicator is not built yet, so data parallel over the CUDA devices " +
-              device_list_str(devices) + " is not available; use CPU replicas (parallel::cpu_replicas(n)) meanwhile");
+#ifdef MINIDL_WITH_NCCL
+  return make_nccl_communicator(devices);
+#else
+  throw Error("make_communicator: this build of minidl has no NCCL communicator (configure found no NCCL: "
+              "set NCCL_ROOT, or MINIDL_NCCL=ON to require it), so data parallel over the CUDA devices " +
+              device_list_str(devices) + " is not available; CPU replicas (parallel::cpu_replicas(n)) are");
+#endif
 }
 
 }  // namespace minidl::parallel

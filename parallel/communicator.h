@@ -1,8 +1,9 @@
 // Communicator: collectives (all-reduce, broadcast, barrier) over a fixed list of devices, the
 // one interface DataParallel talks to. A backend implements it for one kind of device:
 //   CpuCommunicator  (parallel/cpu_communicator.h) — CPU replicas in one process, worker threads;
-//   NCCL             — CUDA devices, one ncclComm per device (ncclCommInitAll), grouped calls on a
-//                      communication stream per device ordered by events against compute (lead);
+//   NcclCommunicator (parallel/nccl/nccl_communicator.h) — CUDA devices, one ncclComm per device
+//                      (ncclCommInitAll), grouped calls on a communication stream per device
+//                      ordered by events against the compute stream;
 //   a process group  — one process per GPU, ranks across processes (later; see world_size()).
 // Every collective is asynchronous: it returns a CollectiveWork at once, and the tensors must
 // not be touched until its wait() returned.
@@ -88,7 +89,9 @@ std::string device_list_str(const std::vector<Device>& devices);
 // The communicator for `devices` (checked by both functions above): CpuCommunicator for CPU devices, the
 // NCCL communicator for CUDA devices (make_cuda_communicator).
 std::shared_ptr<Communicator> make_communicator(const std::vector<Device>& devices);
-// The one place a CUDA communicator is created.
+// The one place a CUDA communicator is created: NCCL's, or a clear error in a build without it.
 std::shared_ptr<Communicator> make_cuda_communicator(const std::vector<Device>& devices);
+// Whether this build has the NCCL communicator (CMake found NCCL beside the CUDA toolkit).
+bool nccl_available();
 
 }  // namespace minidl::parallel

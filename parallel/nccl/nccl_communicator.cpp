@@ -1,0 +1,288 @@
+// NcclCommunicator: all-reduce, broadcast and barrier over the CUDA devices of one process,
+// with NCCL on a communication stream per device (Notes in parallel/nccl/nccl_communicator.h).
+#include "parallel/nccl/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace minidl::parallel {
+namespace {
+
+[[noreturn]] void throw_nccl_error(ncclResult_t status, ncclComm_t comm, const char* call, const char* file,
+                                   int line) {
+  std::ostringstream os;
+  os << "NCCL error " << static_cast<int>(status) << " (" << ncclGetErrorString(status) << ") in " << call << " at "
+     << file << ":" << line;
+  const char* last = ncclGetLastError(comm);  // NCCL's own words on the last failure, if any
+  if (last != nullptr && last[0] != '\0') os << ": " << last;
+  throw Error(os.str());
+}
+
+// The comm given is the one whose last-error text is quoted (nullptr: the thread's last).
+#define MINIDL_NCCL_CHECK(comm, call)                                                        \
+  do {                                                                                       \
+    const ncclResult_t minidl_nccl_status_ = (call);                                         \
+    if (minidl_nccl_status_ != ncclSuccess)                                                  \
+      throw_nccl_error(minidl_nccl_status_, (comm), #call, __FILE__, __LINE__);              \
+  } while (0)
+
+// DeviceGuard for destructors: never throws (a failure leaves the current device as it was).
+class QuietDeviceGuard {
+ public:
+  explicit QuietDeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device || cudaSetDevice(device) != cudaSuccess)
+      previous_ = -1;
+  }
+  ~QuietDeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
+  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+ncclDataType_t nccl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
+    case DType::Int64:
+      return ncclInt64;
+  }
+  throw Error("nccl: unknown dtype");
+}
+
+// What the communicator and every work it hands out share: the NCCL communicators, the
+// streams, and whether an asynchronous error has aborted them. A work may outlive the
+// communicator, so the state is freed with its last user.
+struct NcclState {
+  std::vector<Device> devices;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> comm_streams;
+  std::vector<cudaStream_t> compute_streams;  // the devices' own (CudaBackend::stream())
+  std::mutex mutex;                            // one launch at a time; guards failure
+  std::string failure;                         // set once NCCL reported an asynchronous error
+
+  ~NcclState() {
+    // No throwing here. A destroyed communicator finishes its queued collectives first,
+    // unless it was aborted, which already freed them.
+    for (size_t i = 0; i < comms.size(); ++i) {
+      QuietDeviceGuard guard(devices[i].index);
+      const bool has_stream = i < comm_streams.size();  // the constructor may have failed midway
+      if (failure.empty()) {
+        if (has_stream) (void)cudaStreamSynchronize(comm_streams[i]);
+        (void)ncclCommDestroy(comms[i]);
+      }
+      if (has_stream) (void)cudaStreamDestroy(comm_streams[i]);
+    }
+  }
+
+  // Throws if the communicators failed before, or if NCCL reports an asynchronous error now
+  // (then aborts them: Note [NCCL errors]). Call with `mutex` held.
+  void check_async_locked(const std::string& who) {
+    if (failure.empty()) {
+      for (size_t i = 0; i < comms.size() && failure.empty(); ++i) {
+        ncclResult_t async = ncclSuccess;
+        MINIDL_NCCL_CHECK(comms[i], ncclCommGetAsyncError(comms[i], &async));
+        if (async != ncclSuccess && async != ncclInProgress) {
+          std::ostringstream os;
+          os << "NCCL reported an asynchronous error on " << devices[i] << " (rank " << i << "): "
+             << ncclGetErrorString(async);
+          const char* last = ncclGetLastError(comms[i]);
+          if (last != nullptr && last[0] != '\0') os << ": " << last;
+          failure = os.str();
+          for (ncclComm_t c : comms) (void)ncclCommAbort(c);
+        }
+      }
+    }
+    MINIDL_CHECK(failure.empty(), who, ": ", failure, "; the NCCL communicators over ", device_list_str(devices),
+                 " were aborted, make a new DataParallel (or communicator) to go on");
+  }
+};
+
+// One launched collective: an event per device recorded on its comm stream after the NCCL
+// calls (Note [one collective on two streams]).
+class NcclWork final : public CollectiveWork {
+ public:
+  NcclWork(std::shared_ptr<NcclState> state, std::vector<cudaEvent_t> done, std::string description)
+      : state_(std::move(state)), done_(std::move(done)), description_(std::move(description)) {}
+
+  ~NcclWork() override {
+    for (size_t i = 0; i < done_.size(); ++i) {
+      QuietDeviceGuard guard(state_->devices[i].index);
+      (void)cudaEventDestroy(done_[i]);  // the event is released once it has completed
+    }
+  }
+
+  bool is_completed() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      try {
+        state_->check_async_locked(description_);
+      } catch (const Error&) {
+        return true;  // failed: finished, and wait() throws
+      }
+    }
+    for (size_t i = 0; i < done_.size(); ++i) {
+      cuda::DeviceGuard guard(state_->devices[i].index);
+      const cudaError_t status = cudaEventQuery(done_[i]);
+      if (status == cudaErrorNotReady) return false;
+      MINIDL_CUDA_CHECK(status);
+    }
+    return true;
+  }
+
+  void wait() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->check_async_locked(description_);
+    }
+    for (size_t i = 0; i < done_.size(); ++i) {
+      cuda::DeviceGuard guard(state_->devices[i].index);
+      MINIDL_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_streams[i], done_[i], 0));
+    }
+  }
+
+ private:
+  std::shared_ptr<NcclState> state_;
+  std::vector<cudaEvent_t> done_;
+  std::string description_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  explicit NcclCommunicator(std::vector<Device> devices) : Communicator(devices), state_(std::make_shared<NcclState>()) {
+    state_->devices = devices;
+    std::vector<int> indices;
+    for (const Device& d : devices) indices.push_back(d.index);
+    const int n = static_cast<int>(devices.size());
+    state_->comms.assign(devices.size(), nullptr);
+    const ncclResult_t status = ncclCommInitAll(state_->comms.data(), n, indices.data());
+    if (status != ncclSuccess) {
+      state_->comms.clear();  // nothing to destroy
+      throw Error("NCCL communicator over " + device_list_str(devices) + ": ncclCommInitAll failed with NCCL error " +
+                  std::to_string(static_cast<int>(status)) + " (" + ncclGetErrorString(status) + ")");
+    }
+    for (const Device& d : devices) {
+      cuda::DeviceGuard guard(d.index);
+      cudaStream_t stream = nullptr;
+      MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      state_->comm_streams.push_back(stream);
+      state_->compute_streams.push_back(static_cast<cuda::CudaBackend&>(backend_for(d)).stream());
+    }
+  }
+
+  std::string backend_name() const override { return "nccl"; }
+
+  std::shared_ptr<CollectiveWork> all_reduce_grouped(std::vector<DeviceTensors> groups, ReduceOp op) override {
+    check_groups(groups, "all_reduce");
+    for (const DeviceTensors& g : groups)
+      MINIDL_CHECK(op == ReduceOp::Sum || g[0].dtype() != DType::Int64, "nccl all_reduce: average of ", g[0].dtype(),
+                   " tensors is not defined; sum them, or average float32 tensors");
+    const ncclRedOp_t nccl_op = op == ReduceOp::Sum ? ncclSum : ncclAvg;
+    return launch(groups, describe("all_reduce(" + std::string(reduce_op_name(op)) + ")", groups.size()),
+                  [&](const Tensor& t, size_t rank) {
+                    void* p = t.raw_data();
+                    MINIDL_NCCL_CHECK(state_->comms[rank],
+                                      ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_dtype(t.dtype()),
+                                                    nccl_op, state_->comms[rank], state_->comm_streams[rank]));
+                  });
+  }
+
+  std::shared_ptr<CollectiveWork> broadcast_grouped(std::vector<DeviceTensors> groups, int root) override {
+    check_groups(groups, "broadcast");
+    check_root(root, "broadcast");
+    return launch(groups, describe("broadcast(root " + std::to_string(root) + ")", groups.size()),
+                  [&](const Tensor& t, size_t rank) {
+                    void* p = t.raw_data();
+                    MINIDL_NCCL_CHECK(state_->comms[rank],
+                                      ncclBroadcast(p, p, static_cast<size_t>(t.numel()), nccl_dtype(t.dtype()), root,
+                                                    state_->comms[rank], state_->comm_streams[rank]));
+                  });
+  }
+
+  // In one process every collective is already ordered on the comm streams: the barrier's
+  // events, recorded after them, complete once they have on every device.
+  std::shared_ptr<CollectiveWork> barrier() override { return launch({}, describe("barrier", 0), nullptr); }
+
+ private:
+  std::string describe(const std::string& what, size_t tensors) const {
+    return "nccl " + what + " of " + std::to_string(tensors) + " tensor(s) over " + device_list_str(devices());
+  }
+
+  // Note [one collective on two streams]; `call(tensor, rank)` issues one NCCL call.
+  template <typename Call>
+  std::shared_ptr<CollectiveWork> launch(const std::vector<DeviceTensors>& groups, std::string description,
+                                         const Call& call) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->check_async_locked(description);
+    const size_t n = devices().size();
+    std::vector<cudaEvent_t> done(n, nullptr);
+    auto destroy_events = [&] {
+      for (size_t i = 0; i < n; ++i)
+        if (done[i] != nullptr) {
+          QuietDeviceGuard guard(devices()[i].index);
+          (void)cudaEventDestroy(done[i]);
+        }
+    };
+    try {
+      for (size_t i = 0; i < n; ++i) {
+        cuda::DeviceGuard guard(devices()[i].index);
+        MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+        // The comm stream starts after everything queued so far on the compute stream (the
+        // producers of the tensors); `done` doubles as the "ready" event here.
+        MINIDL_CUDA_CHECK(cudaEventRecord(done[i], state_->compute_streams[i]));
+        MINIDL_CUDA_CHECK(cudaStreamWaitEvent(state_->comm_streams[i], done[i], 0));
+        for (const DeviceTensors& g : groups)
+          if (g[i].numel() > 0)
+            cuda::backend_of(g[i]).caching_allocator().record_stream(g[i].storage().data(), state_->comm_streams[i]);
+      }
+      if constexpr (!std::is_same_v<Call, std::nullptr_t>) {
+        MINIDL_NCCL_CHECK(nullptr, ncclGroupStart());
+        try {
+          for (const DeviceTensors& g : groups) {
+            if (g[0].numel() == 0) continue;  // every device passes the same shape
+            for (size_t i = 0; i < n; ++i) call(g[i], i);
+          }
+        } catch (...) {
+          (void)ncclGroupEnd();
+          throw;
+        }
+        MINIDL_NCCL_CHECK(nullptr, ncclGroupEnd());
+      }
+      for (size_t i = 0; i < n; ++i) {
+        cuda::DeviceGuard guard(devices()[i].index);
+        MINIDL_CUDA_CHECK(cudaEventRecord(done[i], state_->comm_streams[i]));
+      }
+    } catch (...) {
+      destroy_events();
+      throw;
+    }
+    return std::make_shared<NcclWork>(state_, std::move(done), std::move(description));
+  }
+
+  std::shared_ptr<NcclState> state_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<Device>& devices) {
+  check_device_list(devices, "nccl communicator");
+  check_cuda_devices_exist(devices, "nccl communicator");
+  MINIDL_CHECK(devices[0].is_cuda(), "nccl communicator: the devices ", device_list_str(devices),
+               " are not CUDA devices; CPU replicas use the cpu communicator");
+  return std::make_shared<NcclCommunicator>(devices);
+}
+
+}  // namespace minidl::parallel
