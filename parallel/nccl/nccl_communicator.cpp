@@ -63,20 +63,62 @@ ncclDataType_t nccl_dtype(DType dtype) {
   throw Error("nccl: unknown dtype");
 }
 
+// Note [comm streams live forever]: the caching allocator remembers each stream a block was
+// used on (record_stream) until the block is freed, which may be long after the communicator
+// is gone: replicas' parameters outlive DataParallel's communicator. So a comm stream is never
+// destroyed. A communicator takes one per device from this pool and gives it back, idle, when
+// it is destroyed; each live communicator has streams of its own (two communicators sharing one,
+// launched from two threads, could queue their collectives in different orders on two devices
+// and deadlock).
+std::mutex& stream_pool_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::vector<cudaStream_t>>& stream_pool() {
+  static auto* pool = new std::vector<std::vector<cudaStream_t>>();  // never freed: see the Note
+  return *pool;
+}
+// With `device` current.
+cudaStream_t acquire_comm_stream(int device) {
+  {
+    std::lock_guard<std::mutex> lock(stream_pool_mutex());
+    auto& pool = stream_pool();
+    if (static_cast<size_t>(device) < pool.size() && !pool[static_cast<size_t>(device)].empty()) {
+      cudaStream_t s = pool[static_cast<size_t>(device)].back();
+      pool[static_cast<size_t>(device)].pop_back();
+      return s;
+    }
+  }
+  cudaStream_t s = nullptr;
+  MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+void release_comm_stream(int device, cudaStream_t s) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(stream_pool_mutex());
+    auto& pool = stream_pool();
+    if (pool.size() <= static_cast<size_t>(device)) pool.resize(static_cast<size_t>(device) + 1);
+    pool[static_cast<size_t>(device)].push_back(s);
+  } catch (...) {
+    // Out of memory for the pool's vector: the stream is leaked, which is harmless.
+  }
+}
+
 // What the communicator and every work it hands out share: the NCCL communicators, the
-// streams, and whether an asynchronous error has aborted them. A work may outlive the
-// communicator, so the state is freed with its last user.
+// streams, and whether the communicators failed. A work may outlive the communicator, so the
+// state is freed with its last user.
 struct NcclState {
   std::vector<Device> devices;
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> comm_streams;
   std::vector<cudaStream_t> compute_streams;  // the devices' own (CudaBackend::stream())
   std::mutex mutex;                            // one launch at a time; guards failure
-  std::string failure;                         // set once NCCL reported an asynchronous error
+  std::string failure;                         // set once the communicators were aborted
 
   ~NcclState() {
-    // No throwing here. A destroyed communicator finishes its queued collectives first,
-    // unless it was aborted, which already freed them.
+    // No throwing here. A communicator with an asynchronous error is aborted rather than
+    // waited for (its collective may never finish); otherwise its queued collectives finish.
+    if (failure.empty()) poll_async_locked();
     for (size_t i = 0; i < comms.size(); ++i) {
       QuietDeviceGuard guard(devices[i].index);
       const bool has_stream = i < comm_streams.size();  // the constructor may have failed midway
@@ -84,28 +126,42 @@ struct NcclState {
         if (has_stream) (void)cudaStreamSynchronize(comm_streams[i]);
         (void)ncclCommDestroy(comms[i]);
       }
-      if (has_stream) (void)cudaStreamDestroy(comm_streams[i]);
+      if (has_stream) release_comm_stream(devices[i].index, comm_streams[i]);
     }
   }
 
-  // Throws if the communicators failed before, or if NCCL reports an asynchronous error now
-  // (then aborts them: Note [NCCL errors]). Call with `mutex` held.
-  void check_async_locked(const std::string& who) {
-    if (failure.empty()) {
-      for (size_t i = 0; i < comms.size() && failure.empty(); ++i) {
-        ncclResult_t async = ncclSuccess;
-        MINIDL_NCCL_CHECK(comms[i], ncclCommGetAsyncError(comms[i], &async));
-        if (async != ncclSuccess && async != ncclInProgress) {
-          std::ostringstream os;
-          os << "NCCL reported an asynchronous error on " << devices[i] << " (rank " << i << "): "
-             << ncclGetErrorString(async);
-          const char* last = ncclGetLastError(comms[i]);
-          if (last != nullptr && last[0] != '\0') os << ": " << last;
-          failure = os.str();
-          for (ncclComm_t c : comms) (void)ncclCommAbort(c);
-        }
+  // Sets `failure` and aborts every communicator (ncclCommAbort also frees a hung collective).
+  void poison_locked(std::string what) noexcept {
+    if (!failure.empty()) return;
+    failure = std::move(what);
+    for (ncclComm_t c : comms) (void)ncclCommAbort(c);
+  }
+
+  // Polls NCCL's asynchronous errors (Note [NCCL errors]); on one, poisons the state. Never
+  // throws. Call with `mutex` held (or from the destructor). Returns whether the state failed.
+  bool poll_async_locked() noexcept {
+    for (size_t i = 0; i < comms.size() && failure.empty(); ++i) {
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t status = ncclCommGetAsyncError(comms[i], &async);
+      if (status != ncclSuccess) async = status;
+      if (async == ncclSuccess || async == ncclInProgress) continue;
+      try {
+        std::ostringstream os;
+        os << "NCCL reported an asynchronous error on " << devices[i] << " (rank " << i << "): "
+           << ncclGetErrorString(async);
+        const char* last = ncclGetLastError(comms[i]);
+        if (last != nullptr && last[0] != '\0') os << ": " << last;
+        poison_locked(os.str());
+      } catch (...) {
+        poison_locked("NCCL reported an asynchronous error");
       }
     }
+    return !failure.empty();
+  }
+
+  // Throws if the communicators failed before or fail now. Call with `mutex` held.
+  void check_async_locked(const std::string& who) {
+    poll_async_locked();
     MINIDL_CHECK(failure.empty(), who, ": ", failure, "; the NCCL communicators over ", device_list_str(devices),
                  " were aborted, make a new DataParallel (or communicator) to go on");
   }
@@ -127,17 +183,17 @@ class NcclWork final : public CollectiveWork {
 
   bool is_completed() override {
     {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      try {
-        state_->check_async_locked(description_);
-      } catch (const Error&) {
-        return true;  // failed: finished, and wait() throws
-      }
+      // Never blocks: while another thread launches, the poll waits for the next call.
+      std::unique_lock<std::mutex> lock(state_->mutex, std::try_to_lock);
+      if (lock.owns_lock() && state_->poll_async_locked()) return true;  // failed: wait() throws
     }
     for (size_t i = 0; i < done_.size(); ++i) {
       cuda::DeviceGuard guard(state_->devices[i].index);
       const cudaError_t status = cudaEventQuery(done_[i]);
-      if (status == cudaErrorNotReady) return false;
+      if (status == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // not an error: clear it, or the next launch check reports it
+        return false;
+      }
       MINIDL_CUDA_CHECK(status);
     }
     return true;
@@ -171,14 +227,14 @@ class NcclCommunicator final : public Communicator {
     const ncclResult_t status = ncclCommInitAll(state_->comms.data(), n, indices.data());
     if (status != ncclSuccess) {
       state_->comms.clear();  // nothing to destroy
+      const char* last = ncclGetLastError(nullptr);
       throw Error("NCCL communicator over " + device_list_str(devices) + ": ncclCommInitAll failed with NCCL error " +
-                  std::to_string(static_cast<int>(status)) + " (" + ncclGetErrorString(status) + ")");
+                  std::to_string(static_cast<int>(status)) + " (" + ncclGetErrorString(status) + ")" +
+                  (last != nullptr && last[0] != '\0' ? std::string(": ") + last : std::string()));
     }
     for (const Device& d : devices) {
       cuda::DeviceGuard guard(d.index);
-      cudaStream_t stream = nullptr;
-      MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      state_->comm_streams.push_back(stream);
+      state_->comm_streams.push_back(acquire_comm_stream(d.index));
       state_->compute_streams.push_back(static_cast<cuda::CudaBackend&>(backend_for(d)).stream());
     }
   }
@@ -227,7 +283,9 @@ class NcclCommunicator final : public Communicator {
                                          const Call& call) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->check_async_locked(description);
+    for (const DeviceTensors& g : groups) (void)nccl_dtype(g[0].dtype());  // throws before the group, not inside
     const size_t n = devices().size();
+    bool launched = false;  // the NCCL calls may be running: a failure after that poisons the state
     std::vector<cudaEvent_t> done(n, nullptr);
     auto destroy_events = [&] {
       for (size_t i = 0; i < n; ++i)
@@ -256,16 +314,20 @@ class NcclCommunicator final : public Communicator {
             for (size_t i = 0; i < n; ++i) call(g[i], i);
           }
         } catch (...) {
-          (void)ncclGroupEnd();
+          (void)ncclGroupEnd();  // a failed call inside the group: NCCL launches none of it
           throw;
         }
+        launched = true;
         MINIDL_NCCL_CHECK(nullptr, ncclGroupEnd());
       }
       for (size_t i = 0; i < n; ++i) {
         cuda::DeviceGuard guard(devices()[i].index);
         MINIDL_CUDA_CHECK(cudaEventRecord(done[i], state_->comm_streams[i]));
       }
-    } catch (...) {
+    } catch (const std::exception& e) {
+      // After the launch, some devices may run the collective while the caller is told it
+      // failed: no later collective could match up, so the communicators are aborted.
+      if (launched) state_->poison_locked(description + " failed after its launch: " + e.what());
       destroy_events();
       throw;
     }

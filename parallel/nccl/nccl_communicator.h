@@ -21,6 +21,13 @@
 // error in a multi-process setting) is asynchronous: is_completed() and wait() poll it with
 // ncclCommGetAsyncError, and when one is reported the communicators are aborted (ncclCommAbort
 // frees a hung collective) and that call and every later one throw a minidl::Error saying so.
+// A CUDA failure after the NCCL calls were issued aborts them the same way (some devices may
+// be running a collective the caller was told failed). Errors are seen when someone polls: a
+// collective that hangs without NCCL reporting an error blocks whoever synchronizes.
+//
+// The comm streams are taken from a pool and never destroyed (Note [comm streams live
+// forever] in the .cpp): the caching allocator may still name them after the communicator
+// is gone.
 #pragma once
 
 #include <memory>

@@ -3,7 +3,13 @@
 // reduction across devices only where there are several). Against CPU references.
 #include "cuda_test_util.h"
 
+#include <atomic>
+#include <chrono>
+
 #include "core/backend.h"
+#include "core/memory.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "parallel/parallel.h"
@@ -50,7 +56,7 @@ TEST_CASE("nccl all_reduce sums and averages float32 tensors of odd sizes over e
     comm->all_reduce(means, ReduceOp::Average)->wait();
     const Tensor want = cpu_sum(*comm, Shape{size}, seed);
     for (int d = 0; d < n; ++d) {
-      if (n == 1) {  // one rank: NCCL copies, so the bits are the input's
+      if (n == 1) {  // one rank: NCCL leaves the input as it is (average divides by 1)
         check_equal(sums[d], want, "sum over one rank");
         check_equal(means[d], want, "average over one rank");
       } else {
@@ -86,26 +92,81 @@ TEST_CASE("nccl grouped all_reduce and broadcast: several tensors, int64, every 
   }
 }
 
-TEST_CASE("nccl works complete, barrier orders them, and a tensor freed in flight is not reused early",
+namespace {
+
+// Holds a device's compute stream at a host function until release() (or the end of scope,
+// so a failing test does not leave the stream blocked), so that what is queued behind it
+// stays pending for as long as the test needs.
+class StreamGate {
+ public:
+  explicit StreamGate(cudaStream_t stream) {
+    MINIDL_CUDA_CHECK(cudaLaunchHostFunc(stream, &StreamGate::hold, &open_));
+  }
+  ~StreamGate() { release(); }
+  void release() { open_.store(true); }
+
+ private:
+  static void hold(void* flag) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!static_cast<std::atomic<bool>*>(flag)->load() &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(30)) {
+    }
+  }
+  std::atomic<bool> open_{false};
+};
+
+}  // namespace
+
+TEST_CASE("nccl: a tensor freed while its collective is pending is not handed out again until it is done",
           "[cuda][nccl]") {
   std::shared_ptr<Communicator> comm = nccl_over_all_gpus();
+  const Shape shape{123457};  // an odd size; the cache is emptied first so no other block fits
+  const Device gpu0 = comm->devices()[0];
+  for (const Device& d : comm->devices()) backend_for(d).synchronize();
+  empty_cache(gpu0);
+  DeviceTensors t = per_device(*comm, shape, 7);  // made before the gates: the copies need the streams
+  void* first = t[0].storage().data();
+  {
+    // The comm streams wait for the compute streams, which wait at the gates: the collective,
+    // and the free recorded on its comm stream (record_stream), stay pending.
+    std::vector<std::unique_ptr<StreamGate>> gates;
+    for (const Device& d : comm->devices())
+      gates.push_back(std::make_unique<StreamGate>(static_cast<cuda::CudaBackend&>(backend_for(d)).stream()));
+    {
+      std::shared_ptr<CollectiveWork> work = comm->all_reduce(t, ReduceOp::Sum);
+      CHECK_FALSE(work->is_completed());
+      t.clear();
+    }  // the tensors and the work are dropped with the collective still pending
+    Tensor second = empty(shape, TensorOptions(DType::Float32, gpu0));
+    CHECK(second.storage().data() != first);  // not reused: comm_0 has not passed the free
+    for (auto& g : gates) g->release();
+    for (const Device& d : comm->devices()) backend_for(d).synchronize();
+    Tensor third = empty(shape, TensorOptions(DType::Float32, gpu0));
+    CHECK(third.storage().data() == first);  // done now: the block is handed out again
+  }
+}
+
+TEST_CASE("nccl works complete, and a barrier completes after every collective before it", "[cuda][nccl]") {
+  std::shared_ptr<Communicator> comm = nccl_over_all_gpus();
+  std::vector<DeviceTensors> inputs;
   std::vector<std::shared_ptr<CollectiveWork>> works;
   for (int i = 0; i < 8; ++i) {
-    // Each input is dropped right after the launch: its memory is marked for the comm stream
-    // (record_stream), so the next allocation of the same size must not get it before NCCL is
-    // done. compute-sanitizer (scripts/gpu-check) would flag a use after reuse.
-    works.push_back(comm->all_reduce(per_device(*comm, Shape{1 << 18}, 7), ReduceOp::Sum));
+    inputs.push_back(per_device(*comm, Shape{1 << 18}, 20 + i));
+    works.push_back(comm->all_reduce(inputs.back(), ReduceOp::Average));
   }
-  DeviceTensors fresh = per_device(*comm, Shape{1 << 18}, 9);
   std::shared_ptr<CollectiveWork> barrier = comm->barrier();
   barrier->wait();
   for (const Device& d : comm->devices()) backend_for(d).synchronize();
   CHECK(barrier->is_completed());
-  for (auto& w : works) {
-    CHECK(w->is_completed());
-    CHECK_NOTHROW(w->wait());
+  for (int i = 0; i < 8; ++i) {
+    CHECK(works[i]->is_completed());
+    CHECK_NOTHROW(works[i]->wait());
+    const Tensor want = cpu_sum(*comm, Shape{1 << 18}, 20 + i) / static_cast<double>(comm->local_size());
+    for (int d = 0; d < comm->local_size(); ++d) check_close(inputs[i][d], want, 1e-5, 0, "average");
   }
-  for (int d = 0; d < comm->local_size(); ++d) check_equal(fresh[d], random_cpu(Shape{1 << 18}, 9 + d), "fresh");
+  // A polled query that found work pending must not leave an error behind for the next launch.
+  Tensor x = ones({1000}, TensorOptions(DType::Float32, comm->devices()[0]));
+  CHECK_NOTHROW((x + x).to(Device::cpu()));
 }
 
 TEST_CASE("nccl communicator errors name the op, the tensors and the devices", "[cuda][nccl]") {
@@ -125,6 +186,8 @@ TEST_CASE("nccl communicator errors name the op, the tensors and the devices", "
   CHECK_NOTHROW(comm->all_reduce(ok, ReduceOp::Sum)->wait());
 }
 
+// On one GPU no collective runs (one participant: no hooks, no broadcast), so this checks
+// DataParallel's own path there; with several GPUs the NCCL all-reduce too.
 TEST_CASE("DataParallel over every GPU trains like the plain model on cuda:0", "[cuda][nccl][dp]") {
   REQUIRE(nccl_available());
   struct Mlp : nn::Cloneable<Mlp> {
