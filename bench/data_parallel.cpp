@@ -189,8 +189,9 @@ void bench_steps(const Workload& w, Device device, const std::vector<int>& repli
 
 void bench_all_reduce(Device device, const std::vector<int>& replica_counts, int repeats) {
   for (int n : replica_counts) {
-    // Nothing moves between one CPU replica. One GPU still runs NCCL (world size 1): its time
-    // is the cost of a call and an in-place pass, and busbw is 0 by nccl-tests' definition.
+    // Nothing moves between one CPU replica. One GPU still calls NCCL (world size 1, which does
+    // nothing for an in-place sum): its time is the cost of a call and its events; busbw is 0
+    // by nccl-tests' definition.
     if (n < 2 && device.is_cpu()) continue;
     const std::vector<Device> devices = replica_devices(device, n);
     std::shared_ptr<parallel::Communicator> comm = parallel::make_communicator(devices);

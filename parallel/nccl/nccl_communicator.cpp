@@ -126,7 +126,9 @@ struct NcclState {
         if (has_stream) (void)cudaStreamSynchronize(comm_streams[i]);
         (void)ncclCommDestroy(comms[i]);
       }
-      if (has_stream) release_comm_stream(devices[i].index, comm_streams[i]);
+      // An aborted communicator's streams are left alone (leaked): work stuck on them would
+      // hold up the next communicator that took them.
+      if (has_stream && failure.empty()) release_comm_stream(devices[i].index, comm_streams[i]);
     }
   }
 

@@ -99,13 +99,18 @@ namespace {
 // stays pending for as long as the test needs.
 class StreamGate {
  public:
-  explicit StreamGate(cudaStream_t stream) {
+  explicit StreamGate(cudaStream_t stream) : stream_(stream) {
     MINIDL_CUDA_CHECK(cudaLaunchHostFunc(stream, &StreamGate::hold, &open_));
   }
-  ~StreamGate() { release(); }
+  // The host function reads open_: it must have returned before the gate is freed.
+  ~StreamGate() {
+    release();
+    (void)cudaStreamSynchronize(stream_);
+  }
   void release() { open_.store(true); }
 
  private:
+  cudaStream_t stream_;
   static void hold(void* flag) {
     const auto start = std::chrono::steady_clock::now();
     while (!static_cast<std::atomic<bool>*>(flag)->load() &&
@@ -124,8 +129,12 @@ TEST_CASE("nccl: a tensor freed while its collective is pending is not handed ou
   const Device gpu0 = comm->devices()[0];
   for (const Device& d : comm->devices()) backend_for(d).synchronize();
   empty_cache(gpu0);
-  DeviceTensors t = per_device(*comm, shape, 7);  // made before the gates: the copies need the streams
+  // Everything that needs a stream or cudaMalloc comes before the gates: the copies of the
+  // inputs, and a spare block of the same size for `second` below, so that nothing behind
+  // the gates can wait for them.
+  DeviceTensors t = per_device(*comm, shape, 7);
   void* first = t[0].storage().data();
+  { Tensor spare = empty(shape, TensorOptions(DType::Float32, gpu0)); }  // cached: the free list is [spare]
   {
     // The comm streams wait for the compute streams, which wait at the gates: the collective,
     // and the free recorded on its comm stream (record_stream), stay pending.
@@ -135,11 +144,16 @@ TEST_CASE("nccl: a tensor freed while its collective is pending is not handed ou
     {
       std::shared_ptr<CollectiveWork> work = comm->all_reduce(t, ReduceOp::Sum);
       CHECK_FALSE(work->is_completed());
+      CHECK(cudaPeekAtLastError() == cudaSuccess);  // the pending query left no error behind
       t.clear();
     }  // the tensors and the work are dropped with the collective still pending
     Tensor second = empty(shape, TensorOptions(DType::Float32, gpu0));
-    CHECK(second.storage().data() != first);  // not reused: comm_0 has not passed the free
+    // With record_stream, `first` is pending and `second` gets the spare; without it the free
+    // list would be [spare, first] and the last freed block, `first`, would be handed out.
+    CHECK(second.storage().data() != first);
     for (auto& g : gates) g->release();
+    // The barrier's events come after the free's event on every comm stream.
+    comm->barrier()->wait();
     for (const Device& d : comm->devices()) backend_for(d).synchronize();
     Tensor third = empty(shape, TensorOptions(DType::Float32, gpu0));
     CHECK(third.storage().data() == first);  // done now: the block is handed out again
@@ -164,7 +178,7 @@ TEST_CASE("nccl works complete, and a barrier completes after every collective b
     const Tensor want = cpu_sum(*comm, Shape{1 << 18}, 20 + i) / static_cast<double>(comm->local_size());
     for (int d = 0; d < comm->local_size(); ++d) check_close(inputs[i][d], want, 1e-5, 0, "average");
   }
-  // A polled query that found work pending must not leave an error behind for the next launch.
+  // Kernels launch and run after all that.
   Tensor x = ones({1000}, TensorOptions(DType::Float32, comm->devices()[0]));
   CHECK_NOTHROW((x + x).to(Device::cpu()));
 }
