@@ -34,7 +34,10 @@ void parallel_for(int64_t n, F&& f) {
   ThreadPool& pool = ThreadPool::instance();
   const int parts = static_cast<int>(std::min<int64_t>(pool.max_threads(), (n + kParallelGrain - 1) / kParallelGrain));
   pool.run(parts, [&](int part, int count) {
-    const auto [begin, end] = slice_of(n, part, count);
+    // Plain variables, not a structured binding: clang 14 (the fuzz build) cannot capture a
+    // binding into the region it outlines for `omp simd`.
+    const auto slice = slice_of(n, part, count);
+    const int64_t begin = slice.first, end = slice.second;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) f(i);
   });

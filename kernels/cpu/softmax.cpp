@@ -12,7 +12,10 @@ namespace minidl::cpu {
 
 namespace {
 
-// Online max + log-sum-exp of one row (Milakov & Gimelshein's running rescale).
+// Online max + log-sum-exp of one row (Milakov & Gimelshein's running rescale). An element
+// equal to the running max adds exactly 1, so equal infinities never meet in exp(inf - inf):
+// a masked row such as [-inf, -inf, 0] gives lse 0 (not NaN), an all -inf row gives -inf, as
+// the CUDA kernels do (kernels/cuda/softmax.cu).
 template <typename T>
 T row_logsumexp(const T* row, int64_t cols) {
   T m = row[0];
@@ -23,7 +26,7 @@ T row_logsumexp(const T* row, int64_t cols) {
       s = s * std::exp(m - v) + T(1);
       m = v;
     } else {
-      s += std::exp(v - m);
+      s += v == m ? T(1) : std::exp(v - m);
     }
   }
   return m + std::log(s);

@@ -358,8 +358,10 @@ __global__ void __launch_bounds__(kMaxRowThreads) rows_block_kernel(Op op, int64
         if constexpr (Op::kMapFromExp) {
           // p = exp(x - m_thread) · exp(m_thread - lse). A thread whose elements are all -inf
           // kept e = 1 for them; its factor exp(-inf - lse) = 0 makes p = 0 as it should, and
-          // for an all -inf row (lse = -inf) it is NaN, as on the CPU (exp(-inf - -inf)).
-          const float factor = expf(m_thread - stat);
+          // for an all -inf row (lse = -inf) it is NaN, as on the CPU (exp(-inf - -inf)). A
+          // +inf logit makes m_thread = lse = +inf: factor 1 keeps this thread's finite
+          // elements at p = exp(x - inf) = 0 instead of 0 · NaN.
+          const float factor = m_thread == INFINITY && stat == INFINITY ? 1.0f : expf(m_thread - stat);
 #pragma unroll
           for (int k = 0; k < kCache; ++k) {
             const int item = t + k * threads;

@@ -3,6 +3,7 @@
 // the numerically stable softmax-cross-entropy.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 
 #include "core/backend.h"
 #include "core/ops.h"
@@ -83,6 +84,24 @@ TEST_CASE("softmax-cross-entropy is stable for huge logits and matches log_softm
     for (int64_t r = 0; r < 5; ++r)
       CHECK(ce.at({r}) == Approx(-ls.at({r, static_cast<int64_t>(t.at({r}))})).epsilon(1e-12));  // same math, float64
   }
+}
+
+TEST_CASE("masked rows: leading -inf entries poison neither log_softmax, softmax nor the loss", "[kernels][softmax]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  // Row 0 starts with two masked entries (exp(-inf - -inf) would be NaN); row 1, all masked,
+  // sits beside it to show its NaN stays in its own row.
+  Tensor x = from_vector<float>({-inf, -inf, 0.f, std::log(3.f), -inf, -inf, -inf, -inf}, {2, 4});
+  const auto ls = ops::log_softmax(x).to_vector<float>();
+  CHECK(ls[0] == -inf);
+  CHECK(ls[1] == -inf);
+  CHECK(ls[2] == Approx(-std::log(4.0)).margin(1e-6));  // softmax of [0, log 3] is [1/4, 3/4]
+  CHECK(ls[3] == Approx(std::log(0.75)).margin(1e-6));
+  const auto p = ops::softmax(x).to_vector<float>();
+  CHECK(p[0] == 0.f);
+  CHECK(p[1] == 0.f);
+  CHECK(p[2] == Approx(0.25).margin(1e-6));
+  Tensor loss = ops::softmax_cross_entropy(x.narrow(0, 0, 1), from_vector<int64_t>({3}), ops::Reduction::None);
+  CHECK(loss.to_vector<float>()[0] == Approx(-std::log(0.75)).margin(1e-6));
 }
 
 TEST_CASE("sum along dims matches loops and is deterministic", "[kernels][reduce]") {
