@@ -250,15 +250,19 @@ Tensor to(const Tensor& x, Device device, DType dtype) {
   Tensor src = contiguous(x.detach());
   Tensor out = empty(x.shape(), TensorOptions(dtype, device));
   if (x.numel() > 0) {
-    // Change dtype on the source device, then move bytes (the copy is driven by the non-CPU side).
-    Tensor converted = src;
-    if (dtype != x.dtype()) {
-      converted = x.device() == device ? out : empty(x.shape(), TensorOptions(dtype, x.device()));
-      backend_for(x.device()).cast(src, converted);
-    }
-    if (x.device() != device) {
-      Backend& b = backend_for(device.is_cpu() ? x.device() : device);
-      b.copy(converted, out);
+    // The cast runs where both dtypes can live: on the CPU whenever one side is the CPU (a CUDA
+    // device holds no float64), else on the source device. A copy is driven by its non-CPU side.
+    const bool cast = dtype != x.dtype();
+    if (x.device() == device) {
+      backend_for(device).cast(src, out);
+    } else if (device.is_cpu()) {  // device -> CPU: move the bytes, then cast on the CPU
+      Tensor moved = cast ? empty(x.shape(), TensorOptions(x.dtype(), device)) : out;
+      backend_for(x.device()).copy(src, moved);
+      if (cast) backend_for(device).cast(moved, out);
+    } else {  // -> a CUDA device: cast on the source (the CPU or another device), then move
+      Tensor converted = cast ? empty(x.shape(), TensorOptions(dtype, x.device())) : src;
+      if (cast) backend_for(x.device()).cast(src, converted);
+      backend_for(device).copy(converted, out);
     }
   }
   if (autograd::any_requires_grad({&x})) {

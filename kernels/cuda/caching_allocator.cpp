@@ -40,14 +40,14 @@ CachingAllocator::~CachingAllocator() {
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = size_class(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  void* p = allocate_locked(size);
+  void* p = allocate_locked(size, bytes);
   live_blocks_[p] = LiveBlock{size, {}};
   stats_.allocated_bytes += static_cast<int64_t>(size);
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   return p;
 }
 
-void* CachingAllocator::allocate_locked(size_t size) {
+void* CachingAllocator::allocate_locked(size_t size, size_t requested) {
   if (!pending_blocks_.empty()) collect_pending_locked();
   auto it = free_blocks_.find(size);
   if (it != free_blocks_.end() && !it->second.empty()) {
@@ -58,19 +58,26 @@ void* CachingAllocator::allocate_locked(size_t size) {
     return p;
   }
   void* p = source_->try_allocate(size);
-  if (p == nullptr && (cached_bytes_ > 0 || !pending_blocks_.empty())) {
-    // Out of memory with blocks in the cache: give them all back to the device and retry once.
-    ++stats_.cache_flushes;
-    release_cached_locked();
-    p = source_->try_allocate(size);
+  bool flushed = false;
+  if (p == nullptr) {
+    // Out of memory: give every free cached block back to the device (pending ones whose
+    // streams are done included) and retry once. Blocks other streams still use stay.
+    collect_pending_locked();
+    if (cached_bytes_ > 0) {
+      ++stats_.cache_flushes;
+      release_cached_locked();
+      flushed = true;
+      p = source_->try_allocate(size);
+    }
   }
   if (p == nullptr) {
     size_t free_bytes = 0, total_bytes = 0;
     source_->memory_info(free_bytes, total_bytes);
     throw OutOfMemory(detail::make_message(
-        "out of memory on ", source_->device(), ": tried to allocate ", size, " bytes (", mib(size),
-        "); the device has ", mib(static_cast<int64_t>(free_bytes)), " free of ", mib(static_cast<int64_t>(total_bytes)),
-        "; ", describe_locked(), " (the cache was already emptied to retry)"));
+        "out of memory on ", source_->device(), ": tried to allocate ", requested, " bytes (", mib(size),
+        " with rounding); the device has ", mib(static_cast<int64_t>(free_bytes)), " free of ",
+        mib(static_cast<int64_t>(total_bytes)), "; ", describe_locked(),
+        flushed ? " (the cache was emptied and the allocation retried)" : " (nothing was cached to free)"));
   }
   ++stats_.device_allocations;
   stats_.reserved_bytes += static_cast<int64_t>(size);
@@ -135,9 +142,12 @@ void CachingAllocator::release_cached_locked() {
 }
 
 std::string CachingAllocator::describe_locked() const {
+  size_t classes = 0;
+  for (const auto& [size, blocks] : free_blocks_) classes += blocks.empty() ? 0 : 1;
   return detail::make_message("minidl's cache holds ", mib(stats_.reserved_bytes), " reserved (",
                               mib(stats_.allocated_bytes), " in live tensors, ", mib(cached_bytes_), " cached in ",
-                              free_blocks_.size(), " size classes)");
+                              classes, " size classes, ", pending_blocks_.size(),
+                              " freed block(s) still used by other streams)");
 }
 
 MemoryStats CachingAllocator::stats() const {

@@ -75,7 +75,7 @@ class CachingAllocator final : public Allocator {
     std::vector<uint64_t> events;
   };
 
-  void* allocate_locked(size_t size);
+  void* allocate_locked(size_t size, size_t requested);  // size: its class; requested: what the caller asked
   void release_cached_locked();      // every free block back to the device
   void collect_pending_locked();     // pending blocks whose events completed become free
   std::string describe_locked() const;

@@ -33,11 +33,11 @@ class CudaMemorySource final : public DeviceMemorySource {
     return p;
   }
   void release(void* ptr) noexcept override {
-    DeviceGuard guard(device_);
+    QuietDeviceGuard guard(device_);
     (void)cudaFree(ptr);  // cudaFree waits for the device; a failure here leaves nothing to undo
   }
   void memory_info(size_t& free_bytes, size_t& total_bytes) noexcept override {
-    DeviceGuard guard(device_);
+    QuietDeviceGuard guard(device_);
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) free_bytes = total_bytes = 0;
   }
   uint64_t record_event(void* stream) override {

@@ -108,6 +108,24 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+// DeviceGuard for destructors and noexcept paths: never throws; when the device cannot be set
+// (a sticky error), the calls that follow fail on their own and report it.
+class QuietDeviceGuard {
+ public:
+  explicit QuietDeviceGuard(int device) noexcept {
+    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device || cudaSetDevice(device) != cudaSuccess)
+      previous_ = -1;
+  }
+  ~QuietDeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
+  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // The backend owning t's memory (t must be on a CUDA device).
 CudaBackend& backend_of(const Tensor& t);
 

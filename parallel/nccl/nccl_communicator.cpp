@@ -34,23 +34,6 @@ namespace {
       throw_nccl_error(minidl_nccl_status_, (comm), #call, __FILE__, __LINE__);              \
   } while (0)
 
-// DeviceGuard for destructors: never throws (a failure leaves the current device as it was).
-class QuietDeviceGuard {
- public:
-  explicit QuietDeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device || cudaSetDevice(device) != cudaSuccess)
-      previous_ = -1;
-  }
-  ~QuietDeviceGuard() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
-  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
 ncclDataType_t nccl_dtype(DType dtype) {
   switch (dtype) {
     case DType::Float32:
@@ -120,7 +103,7 @@ struct NcclState {
     // waited for (its collective may never finish); otherwise its queued collectives finish.
     if (failure.empty()) poll_async_locked();
     for (size_t i = 0; i < comms.size(); ++i) {
-      QuietDeviceGuard guard(devices[i].index);
+      cuda::QuietDeviceGuard guard(devices[i].index);
       const bool has_stream = i < comm_streams.size();  // the constructor may have failed midway
       if (failure.empty()) {
         if (has_stream) (void)cudaStreamSynchronize(comm_streams[i]);
@@ -178,7 +161,7 @@ class NcclWork final : public CollectiveWork {
 
   ~NcclWork() override {
     for (size_t i = 0; i < done_.size(); ++i) {
-      QuietDeviceGuard guard(state_->devices[i].index);
+      cuda::QuietDeviceGuard guard(state_->devices[i].index);
       (void)cudaEventDestroy(done_[i]);  // the event is released once it has completed
     }
   }
@@ -292,7 +275,7 @@ class NcclCommunicator final : public Communicator {
     auto destroy_events = [&] {
       for (size_t i = 0; i < n; ++i)
         if (done[i] != nullptr) {
-          QuietDeviceGuard guard(devices()[i].index);
+          cuda::QuietDeviceGuard guard(devices()[i].index);
           (void)cudaEventDestroy(done[i]);
         }
     };

@@ -5,6 +5,7 @@
 
 #include "core/generator.h"
 #include "core/memory.h"
+#include "core/ops.h"
 #include "data/data.h"
 
 using namespace minidl;
@@ -86,6 +87,27 @@ TEST_CASE("uniform, normal and randint give the CPU's numbers for the same seed"
 TEST_CASE("float64 tensors are refused on the device with a clear error", "[cuda][memory]") {
   CHECK_THROWS_WITH(zeros({3}, TensorOptions(DType::Float64, kGpu)), Catch::Contains("float64"));
   CHECK_THROWS_WITH(random_cpu({3}, 1).to(DType::Float64).to(kGpu), Catch::Contains("float64"));
+}
+
+TEST_CASE("to() casts on the CPU side, so float64 crosses to and from the device in one call", "[cuda][memory]") {
+  Tensor x = random_cpu({257}, 5);
+  Tensor on_gpu = x.to(kGpu);
+  // cuda float32 -> cpu float64 in one call: the bytes move, then the CPU casts (exact).
+  Tensor wide = ops::to(on_gpu, Device::cpu(), DType::Float64);
+  CHECK(wide.dtype() == DType::Float64);
+  CHECK(wide.to_vector<double>() == x.to(DType::Float64).to_vector<double>());
+  Tensor labels = randint(0, 10, {31}, TensorOptions(DType::Int64, kGpu));
+  CHECK(ops::to(labels, Device::cpu(), DType::Float64).to_vector<double>() ==
+        labels.to(Device::cpu()).to(DType::Float64).to_vector<double>());
+  // The gradient of a CPU float64 leaf moved to the device as float32 comes back as float64.
+  Tensor leaf = x.to(DType::Float64).detach();
+  leaf.requires_grad_(true);
+  Tensor y = ops::to(leaf, kGpu, DType::Float32);
+  (y * 2.0).sum().backward();
+  REQUIRE(leaf.grad().defined());
+  CHECK(leaf.grad().dtype() == DType::Float64);
+  CHECK(leaf.grad().device() == Device::cpu());
+  CHECK(leaf.grad().to_vector<double>() == std::vector<double>(257, 2.0));
 }
 
 TEST_CASE("the caching allocator reuses freed blocks and reports its statistics", "[cuda][memory]") {

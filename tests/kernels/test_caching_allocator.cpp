@@ -116,8 +116,9 @@ TEST_CASE("caching allocator OutOfMemory names the request, the device and what 
   } catch (const OutOfMemory& e) {
     const std::string msg = e.what();
     CHECK_THAT(msg, Catch::Contains("cuda:3") && Catch::Contains("8388608 bytes") && Catch::Contains("free of 4 MiB") &&
-                        Catch::Contains("1 MiB in live tensors"));
+                        Catch::Contains("1 MiB in live tensors") && Catch::Contains("nothing was cached to free"));
   }
+  CHECK(f.allocator.stats().cache_flushes == 0);  // nothing to flush: no retry
   void* small = f.allocator.allocate(100);  // still usable after the error
   CHECK(small != nullptr);
   f.allocator.deallocate(small, 100);
@@ -140,6 +141,36 @@ TEST_CASE("a block used on another stream is reused only after that stream's eve
   f.allocator.deallocate(b, 4096);
   f.allocator.deallocate(c, 4096);
   CHECK_THROWS_WITH(f.allocator.record_stream(&other_stream, &other_stream), Catch::Contains("not a live block"));
+}
+
+TEST_CASE("out of memory frees the blocks other streams are done with, and names the ones they still use",
+          "[kernels][allocator]") {
+  Fixture f(4 << 20);
+  int other_stream = 0;
+  void* done = f.allocator.allocate(1 << 20);
+  void* busy = f.allocator.allocate(1 << 20);
+  f.allocator.record_stream(done, &other_stream);
+  f.allocator.record_stream(busy, &other_stream);
+  f.allocator.deallocate(done, 1 << 20);
+  f.allocator.deallocate(busy, 1 << 20);
+  REQUIRE(f.device->events.size() == 2);
+  f.device->events.begin()->second = true;  // the stream is past `done`, not past `busy`
+  // 3 MiB fit only once `done` goes back to the device; `busy` must stay reserved.
+  void* big = f.allocator.allocate(3 << 20);
+  CHECK(big != nullptr);
+  CHECK(f.allocator.stats().cache_flushes == 1);
+  try {
+    f.allocator.allocate(1 << 20);  // 3 MiB live + 1 MiB pending: the device is full
+    FAIL("allocation beyond capacity succeeded");
+  } catch (const OutOfMemory& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("1 freed block(s) still used by other streams") &&
+                                          Catch::Contains("nothing was cached to free"));
+  }
+  f.device->events.begin()->second = true;  // now the stream is past `busy` too
+  void* again = f.allocator.allocate(1 << 20);
+  CHECK(again == busy);
+  f.allocator.deallocate(again, 1 << 20);
+  f.allocator.deallocate(big, 3 << 20);
 }
 
 TEST_CASE("every allocation is distinct, even of zero bytes", "[kernels][allocator]") {
