@@ -221,14 +221,19 @@ TEST_CASE("fashion_mnist: --devices cpu,cpu trains data-parallel and follows the
   // sums the batch, so float32 rounding differs: 1e-4 on losses of order 1.
   CHECK(std::abs(a.history[0].train_loss - b.history[0].train_loss) < 1e-4);
   CHECK(std::abs(a.history[0].test_loss - b.history[0].test_loss) < 1e-4);
+  // The list reaches DataParallel (the equal losses alone would also hold if --devices were
+  // ignored): its own check refuses a mixed list.
+  TrainerConfig mixed = one;
+  mixed.devices = {"cpu", "cuda:0"};
+  CHECK_THROWS_WITH(run(mixed), Catch::Contains("DataParallel") && Catch::Contains("mixes CPU and CUDA"));
 }
 
 TEST_CASE("fashion_mnist: bad settings are clear errors", "[samples][fashion-mnist]") {
   TrainerConfig c = small_config();
-  if (!cuda_is_available()) {
-    c.devices = {"cuda:0", "cuda:1"};
-    CHECK_THROWS_WITH(run(c), Catch::Contains("cuda:0"));
-  }
+  const int gpus = cuda_device_count();  // devices past the last one, on any machine
+  const std::string beyond = Device::cuda(gpus).str();
+  c.devices = {beyond, Device::cuda(gpus + 1).str()};
+  CHECK_THROWS_WITH(run(c), Catch::Contains(beyond));
   c = small_config();
   c.optimizer = "lbfgs";
   CHECK_THROWS_WITH(run(c), Catch::Contains("--optimizer must be sgd or adamw"));
