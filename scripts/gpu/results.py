@@ -15,8 +15,9 @@ import sys
 
 # " 12/50 Test #12: some name .........   Passed    1.23 sec"; the status may be prefixed by
 # "***" (Failed, Skipped, Timeout, Not Run, Exception: ...).
-TEST_LINE = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (?P<name>.*?) \.*\s*(?:\*\*\*)?(?P<status>Passed|Failed|Skipped|Timeout"
-                       r"|Not Run|Exception: .*?|\S.*?)\s+(?P<seconds>[0-9.]+) sec\s*$")
+# The name is greedy up to the last run of dots, so a name with dots of its own stays whole.
+TEST_LINE = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (?P<name>.*) \.+\s*(?:\*\*\*)?(?P<status>Passed|Failed|Skipped"
+                       r"|Timeout|Not Run|Exception:.*?|[A-Z][A-Za-z ]*?)\s+(?P<seconds>[0-9.]+) sec\s*$")
 STATUS = {"Passed": "passed", "Failed": "failed", "Skipped": "skipped", "Timeout": "timed out", "Not Run": "not run"}
 
 
@@ -59,6 +60,10 @@ def figure_line(r):
     if "copy_gbps" in r:
         check = "" if r.get("matches_cpu", True) else "  OUTPUT DIFFERS FROM THE CPU"
         return (f"{step}: {r['kernel']} {r['shape']}: {r['gbps']:.0f} GB/s, {r['ratio']:.2f} of copy{check}")
+    if r.get("bench") == "dp_step":
+        overhead = f" ({100 * r['overhead_vs_plain']:+.1f}% vs plain)" if "overhead_vs_plain" in r else ""
+        return (f"{step}: {r['model']} batch {r['batch']} on {r['device']}, {r['impl']} x{r['replicas']}: "
+                f"{r['us_per_step']:.1f} us/step{overhead}")
     if "us_per_step" in r:
         batch = f" batch {r['batch']}" if "batch" in r else ""
         return f"{step}: {r.get('bench')} {r.get('impl')} on {r.get('device')}{batch}: {r['us_per_step']:.2f} us/step"
