@@ -89,9 +89,12 @@ def summary(results_path):
             counts[t["status"]] = counts.get(t["status"], 0) + 1
         print("tests: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) +
               f" (of {len(tests_)}, {sum(t['seconds'] for t in tests_):.0f} s in all)")
-        for t in tests_:
-            if t["status"] != "passed":
-                print(f"  {t['status'].upper()}: {t['name']} ({t['seconds']:.1f} s)")
+        # At most 15 named, so that the figures below stay in the tail of a cut-off output.
+        not_passed = [t for t in tests_ if t["status"] != "passed"]
+        for t in not_passed[:15]:
+            print(f"  {t['status'].upper()}: {t['name']} ({t['seconds']:.1f} s)")
+        if len(not_passed) > 15:
+            print(f"  ... and {len(not_passed) - 15} more not passed (results.jsonl has them all)")
         slowest = sorted(tests_, key=lambda t: -t["seconds"])[:5]
         print("  slowest: " + "; ".join(f"{t['name'][:60]} {t['seconds']:.1f} s" for t in slowest))
     for r in records:
