@@ -113,7 +113,7 @@ std::vector<int64_t> parse_sizes(const std::string& list) {
     const size_t comma = list.find(',', pos);
     const std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     const long long v = std::stoll(item);
-    if (v <= 0) throw Error("bench_train_step: --batch-sizes must be positive integers, got '" + item + "'");
+    if (v <= 0) throw Error("--batch-sizes must be positive integers, got '" + item + "'");
     out.push_back(v);
     if (comma == std::string::npos) break;
     pos = comma + 1;
