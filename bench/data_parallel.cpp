@@ -1,8 +1,8 @@
-// bench/data_parallel: what DataParallel costs and what its communication achieves.
+// bench_data_parallel (bench/data_parallel.cpp): what DataParallel costs and what its communication achieves.
 //   1. Training step time (zero_grad, forward, cross-entropy, backward, SGD step) of the plain
 //      model and of DataParallel over 1..N replicas on the same device type, at the same global
 //      batch: the seed tutorial's SimpleModel (batch 10) and the Fashion-MNIST MLP
-//      784-256-128-10 (--batch, default 4096 as in the one-GPU target). Beside each
+//      784-256-128-10 (--batch, default 4096, the batch of the one-GPU overhead target). Beside each
 //      DataParallel step: its communication done alone (the per-forward parameter broadcast plus
 //      one all-reduce per gradient bucket, launched and waited one after the other) as a share
 //      of the step, and the part backward had to wait for (GradientSyncStats::wait_seconds).
@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
     bench_steps(Workload{"mlp", make_mlp, batch, 784, 10}, device, replicas, warmup, steps, repeats);
     if (!skip_all_reduce) bench_all_reduce(device, replicas, repeats);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "data_parallel: %s\n", e.what());
+    std::fprintf(stderr, "bench_data_parallel: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -1,4 +1,4 @@
-// bench/gemm: GFLOP/s of minidl's CPU GEMM (Backend::matmul, float32, row-major C = A·B) on
+// bench_gemm (bench/gemm.cpp): GFLOP/s of minidl's CPU GEMM (Backend::matmul, float32, row-major C = A·B) on
 // square shapes and the Fashion-MNIST MLP's shapes at batch 128, beside OpenBLAS's cblas_sgemm
 // on the same data in the same run when it was found at configure time (MINIDL_HAVE_OPENBLAS).
 // Each case: fresh random data, one warm-up call, calls batched into samples of >= --min-ms,
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
       // within ~1e-5 of the double result relative to the output's scale; 1e-3 flags a wrong kernel.
       const double err = sampled_relative_error(g, d.a.data<float>(), d.b.data<float>(), d.c.data<float>());
       if (err > 1e-3) {
-        std::fprintf(stderr, "gemm: minidl result is wrong for %lldx%lldx%lld (relative error %.3g)\n",
+        std::fprintf(stderr, "bench_gemm: minidl result is wrong for %lldx%lldx%lld (relative error %.3g)\n",
                      (long long)g.m, (long long)g.k, (long long)g.n, err);
         return 1;
       }
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     }
 #endif
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gemm: %s\n", e.what());
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # run_cpu.sh: every CPU benchmark in one run, JSON lines on stdout (tables and notes on stderr):
 #   bench/run_cpu.sh > bench/results-$(date +%F).jsonl
-# First line: {"bench":"meta",...} with date, commit and machine. Then bench/gemm on 1 and 2
-# threads (minidl and OpenBLAS), bench/train_step (minidl), bench/data_parallel (CPU replicas)
-# and bench/torch_seed_step.py (PyTorch) on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
+# First line: {"bench":"meta",...} with date, commit and machine. Then bench_gemm on 1 and 2
+# threads (minidl and OpenBLAS), bench_train_step (the seed step in minidl), bench_data_parallel
+# (CPU replicas) and bench/torch_seed_step.py (the seed step in PyTorch) on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build/release}
 
 if [[ -z "${BUILD_DIR:-}" ]]; then
   cmake --preset release >&2
-  cmake --build --preset release -j"$(nproc)" --target gemm train_step data_parallel_bench >&2
+  cmake --build --preset release -j"$(nproc)" --target bench_gemm bench_train_step bench_data_parallel >&2
 fi
 
 # Let OpenBLAS pick its best kernels for this CPU: an inherited OPENBLAS_CORETYPE (some images
-# set Haswell) would handicap the baseline on AVX-512 machines. bench/gemm prints the core used.
+# set Haswell) would handicap the baseline on AVX-512 machines. bench_gemm prints the core used.
 unset OPENBLAS_CORETYPE
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)
@@ -24,10 +24,10 @@ printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":
   "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$(nproc)"
 
 for threads in 1 2; do
-  OMP_NUM_THREADS=$threads "$build/bin/gemm"
+  OMP_NUM_THREADS=$threads "$build/bin/bench_gemm"
 done
-OMP_NUM_THREADS=1 "$build/bin/train_step"
-OMP_NUM_THREADS=1 "$build/bin/data_parallel_bench"
+OMP_NUM_THREADS=1 "$build/bin/bench_train_step"
+OMP_NUM_THREADS=1 "$build/bin/bench_data_parallel"
 
 # Debian's python3-torch installs into the system python, which may not be the first python3.
 for py in python3 /usr/bin/python3; do

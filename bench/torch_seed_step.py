@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """bench/torch_seed_step.py: the seed tutorial's training step in PyTorch, timed like
-bench/train_step: DataLoader batch (TensorDataset 100x10 randn, labels randint [0, 2), batch 10,
-shuffled), SimpleModel forward, CrossEntropyLoss, backward, SGD step (lr 0.01), zero_grad.
+`bench_train_step --model seed`: DataLoader batch (TensorDataset 100x10 randn, labels randint
+[0, 2), batch 10, shuffled), SimpleModel forward, CrossEntropyLoss, backward, SGD step (lr 0.01),
+zero_grad, on --device (cpu, or cuda:0: the batch is copied to the GPU each step, as minidl does).
 A warm-up, then --repeats runs of --steps steps; the median is one JSON line on stdout:
   {"bench":"seed_step","impl":"pytorch","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
 Threads: OMP_NUM_THREADS when set (the same variable minidl reads), else PyTorch's default.
-Exits 0 with a message on stderr when torch is not installed."""
+Exits 0 with a message on stderr when torch (or the requested GPU) is missing."""
 import argparse
 import json
 import os
@@ -63,6 +64,9 @@ def main():
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("torch_seed_step.py: no CUDA device for torch; skipped", file=sys.stderr)
+        return
     model = SimpleModel().to(device)
     dataset = TensorDataset(torch.randn(100, 10), torch.randint(0, 2, (100,)))
     loader = DataLoader(dataset, batch_size=10, shuffle=True)

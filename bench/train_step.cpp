@@ -1,11 +1,11 @@
-// bench/train_step: microseconds per training step, on the CPU or a GPU (--device cuda:0).
+// bench_train_step (bench/train_step.cpp): microseconds per training step, on the CPU or a GPU (--device cuda:0).
 //   --model seed (default): the seed tutorial — one DataLoader batch (100×10 random dataset,
 //     2 classes, batch 10, shuffled), SimpleModel forward (Linear 10→5, ReLU, Linear 5→2),
 //     CrossEntropyLoss, backward, SGD step (lr 0.01), zero_grad — what bench/torch_seed_step.py
 //     times in PyTorch.
 //   --model mlp: the Fashion-MNIST MLP 784→256→128→10 (ReLU), cross-entropy, backward, SGD with
 //     momentum 0.9, zero_grad, on a batch already on the device, for each of --batch-sizes
-//     (a sweep) — what bench/torch_train_step.py times in PyTorch eager.
+//     (a sweep) — what bench/torch_mlp_step.py times in PyTorch eager.
 // A warm-up, then --repeats runs of --steps steps; the median is one JSON line per case:
 //   {"bench":"seed_step","impl":"minidl","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
 #include <omp.h>
@@ -113,7 +113,7 @@ std::vector<int64_t> parse_sizes(const std::string& list) {
     const size_t comma = list.find(',', pos);
     const std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     const long long v = std::stoll(item);
-    if (v <= 0) throw Error("train_step: --batch-sizes must be positive integers, got '" + item + "'");
+    if (v <= 0) throw Error("--batch-sizes must be positive integers, got '" + item + "'");
     out.push_back(v);
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
                 "\"us_per_step\":%.3f}\n",
                 device.str().c_str(), omp_get_max_threads(), (long long)steps, median);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_step: %s\n", e.what());
+    std::fprintf(stderr, "bench_train_step: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -1,4 +1,4 @@
-// bench/kernels/kernel_bench: the CUDA kernels of minidl, timed on cuda:0 (issue 3, item 11).
+// bench_kernels (bench/kernels/kernel_bench.cpp): the CUDA kernels of minidl, timed on cuda:0.
 //   gemm      linear forward (x·Wᵀ + b) and the backward products dX = dY·W and dW = dYᵀ·X at
 //             4096³, 8192³ and the Fashion-MNIST MLP's layers (784→256→128→10) at batch 128 and
 //             4096: the native kernels' TFLOP/s beside cuBLAS's (minidl::set_gemm_impl) and the ratio.
@@ -13,8 +13,14 @@
 // what the previous one left in L2); 3 warm-up calls; then >= 20 timed runs queued back to back
 // behind a host-held gate (so the host's launch overhead never shows in the device timings),
 // each between two CUDA events on the backend's stream; the median is reported.
+// Checks: a fast wrong kernel is no result, so each output timed is compared after the timing —
+// the GEMM's native result with cuBLAS's (max_rel_diff), ReLU forward and backward with the CPU
+// backend's on the same inputs (bit for bit: both compute max(x, 0) and a select), the fused
+// cross-entropy's loss and dlogits on the first rows with a float64 CPU reference (tolerances
+// beside the check). A ReLU or cross-entropy output that differs sets "matches_cpu":false in its
+// JSON line, says so on stderr, and makes the exit status 3 once every case has run.
 // Output: one JSON line per case on stdout, a table on stderr (--json-only: JSON only).
-// Exit status: 0, 1 on an error, 2 when there is no usable CUDA device.
+// Exit status: 0, 1 on an error, 2 when there is no usable CUDA device, 3 on a mismatch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -94,7 +100,7 @@ class Timer {
     gate_.open();
     MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (gate_.timed_out())
-      std::fprintf(stderr, "kernel_bench: warning: the stream gate timed out; these timings include host gaps\n");
+      std::fprintf(stderr, "bench_kernels: warning: the stream gate timed out; these timings include host gaps\n");
     std::vector<double> seconds;
     for (int i = 0; i < opt_.runs; ++i) {
       float ms = 0.0f;
@@ -120,6 +126,27 @@ int sets_for(int64_t set_bytes, int64_t l2_bytes) {
 }
 
 TensorOptions on_gpu(DType t = DType::Float32) { return TensorOptions(t, Device::cuda(0)); }
+
+// Whether some ReLU or cross-entropy output differed from the CPU's (exit status 3).
+bool g_mismatch = false;
+
+// Elements of `got` (any device) that differ from `want` (CPU), bit for bit as floats.
+int64_t count_different(const Tensor& got, const Tensor& want) {
+  const std::vector<float> a = got.to(Device::cpu()).to_vector<float>(), b = want.to_vector<float>();
+  int64_t different = 0;
+  for (size_t i = 0; i < a.size(); ++i) different += a[i] == b[i] ? 0 : 1;
+  return different + static_cast<int64_t>(a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+
+// Elements with |got - want| > atol + rtol·|want| (or a NaN), got from the device, want float64 on the CPU.
+int64_t count_outside(const Tensor& got, const Tensor& want, double atol, double rtol) {
+  const std::vector<float> a = got.to(Device::cpu()).to_vector<float>();
+  const std::vector<double> b = want.to_vector<double>();
+  int64_t outside = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    outside += std::fabs(static_cast<double>(a[i]) - b[i]) <= atol + rtol * std::fabs(b[i]) ? 0 : 1;
+  return outside;
+}
 
 // max |a - b| / max |b| over all elements (both copied to the host).
 double relative_difference(const Tensor& a, const Tensor& b) {
@@ -234,16 +261,23 @@ double bench_copy(cudaStream_t stream, Timer& timer, const Options& opt, int64_t
   return gbps;
 }
 
+// `wrong`: how many output elements differ from the CPU reference (0: the output matches).
 void report_bandwidth(const Options& opt, const char* kernel, const std::string& shape, int64_t bytes_moved,
-                      double seconds, double copy_gbps, int sets) {
+                      double seconds, double copy_gbps, int sets, int64_t wrong) {
   const double gbps = static_cast<double>(bytes_moved) / seconds / 1e9;
   if (!opt.json_only)
-    std::fprintf(stderr, "%-18s %-28s %8.1f GB/s  copy %8.1f GB/s  ratio %.2f  (%.4f ms)\n", kernel, shape.c_str(),
-                 gbps, copy_gbps, gbps / copy_gbps, seconds * 1e3);
+    std::fprintf(stderr, "%-18s %-28s %8.1f GB/s  copy %8.1f GB/s  ratio %.2f  (%.4f ms)%s\n", kernel, shape.c_str(),
+                 gbps, copy_gbps, gbps / copy_gbps, seconds * 1e3, wrong == 0 ? "" : "  OUTPUT DIFFERS FROM THE CPU");
+  if (wrong != 0) {
+    std::fprintf(stderr, "bench_kernels: %s %s: %lld output element(s) differ from the CPU's\n", kernel,
+                 shape.c_str(), (long long)wrong);
+    g_mismatch = true;
+  }
   std::printf("{\"bench\":\"kernel\",\"kernel\":\"%s\",\"shape\":\"%s\",\"bytes_moved\":%lld,\"gbps\":%.3f,"
-              "\"copy_gbps\":%.3f,\"ratio\":%.4f,\"ms\":%.5f,\"runs\":%d,\"buffer_sets\":%d}\n",
+              "\"copy_gbps\":%.3f,\"ratio\":%.4f,\"ms\":%.5f,\"runs\":%d,\"buffer_sets\":%d,"
+              "\"matches_cpu\":%s,\"elements_off\":%lld}\n",
               kernel, shape.c_str(), (long long)bytes_moved, gbps, copy_gbps, gbps / copy_gbps, seconds * 1e3,
-              opt.runs, sets);
+              opt.runs, sets, wrong == 0 ? "true" : "false", (long long)wrong);
   std::fflush(stdout);
 }
 
@@ -262,7 +296,11 @@ void bench_relu(Backend& be, Timer& timer, const Options& opt, int64_t l2, int64
       const size_t i = static_cast<size_t>(run % sets);
       be.relu_forward(x[i], y[i]);
     });
-    report_bandwidth(opt, "relu_forward", shape, 2 * bytes, s, copy_gbps, sets);
+    be.relu_forward(x[0], y[0]);
+    const Tensor x_cpu = x[0].to(Device::cpu());
+    Tensor want = empty({n}, TensorOptions(DType::Float32, Device::cpu()));
+    cpu_backend().relu_forward(x_cpu, want);
+    report_bandwidth(opt, "relu_forward", shape, 2 * bytes, s, copy_gbps, sets, count_different(y[0], want));
   }
   {
     const int sets = sets_for(3 * bytes, l2);
@@ -277,7 +315,10 @@ void bench_relu(Backend& be, Timer& timer, const Options& opt, int64_t l2, int64
       const size_t i = static_cast<size_t>(run % sets);
       be.relu_backward(dy[i], y[i], dx[i]);
     });
-    report_bandwidth(opt, "relu_backward", shape, 3 * bytes, s, copy_gbps, sets);
+    be.relu_backward(dy[0], y[0], dx[0]);
+    Tensor want = empty({n}, TensorOptions(DType::Float32, Device::cpu()));
+    cpu_backend().relu_backward(dy[0].to(Device::cpu()), y[0].to(Device::cpu()), want);
+    report_bandwidth(opt, "relu_backward", shape, 3 * bytes, s, copy_gbps, sets, count_different(dx[0], want));
   }
 }
 
@@ -301,8 +342,22 @@ void bench_cross_entropy(Backend& be, cudaStream_t stream, Timer& timer, const O
     const size_t i = static_cast<size_t>(run % sets);
     be.softmax_cross_entropy_fused(logits[i], targets[i], scale, loss[i], dlogits[i]);
   });
+  // The check: the first rows (each row is computed on its own, so a prefix is a fair sample and
+  // keeps the float64 CPU reference short) of set 0, recomputed, against float64 on the CPU.
+  be.softmax_cross_entropy_fused(logits[0], targets[0], scale, loss[0], dlogits[0]);
+  const int64_t check_rows = std::min<int64_t>(rows, 256);
+  const Tensor x64 = logits[0].narrow(0, 0, check_rows).to(Device::cpu()).to(DType::Float64);
+  const Tensor t_cpu = targets[0].narrow(0, 0, check_rows).to(Device::cpu());
+  const TensorOptions f64(DType::Float64, Device::cpu());
+  Tensor want_loss = empty({check_rows}, f64), want_dlogits = empty({check_rows, cols}, f64);
+  cpu_backend().softmax_cross_entropy_fused(x64, t_cpu, scale, want_loss, want_dlogits);
+  // Tolerances as in tests/cuda/test_cuda_softmax.cpp: loss = lse - x_t carries ~1 ulp of lse
+  // (~1e-6 for these logits): 1e-5 absolute and relative; dlogits = (p - onehot)·scale with p
+  // off by a few 1e-6 relative: 1e-6·scale absolute (the cancellation at the target) + 1e-5 relative.
+  const int64_t wrong = count_outside(loss[0].narrow(0, 0, check_rows), want_loss, 1e-5, 1e-5) +
+                        count_outside(dlogits[0].narrow(0, 0, check_rows), want_dlogits, 1e-6 * scale, 1e-5);
   const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
-  report_bandwidth(opt, "ce_fused_fwd_bwd", shape, moved, s, copy_gbps, sets);
+  report_bandwidth(opt, "ce_fused_fwd_bwd", shape, moved, s, copy_gbps, sets, wrong);
 }
 
 }  // namespace
@@ -318,7 +373,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!cuda_is_available()) {
-    std::fprintf(stderr, "kernel_bench: no usable CUDA device (%s); nothing to measure\n",
+    std::fprintf(stderr, "bench_kernels: no usable CUDA device (%s); nothing to measure\n",
                  cuda_device_count() == 0 ? "no GPU, no driver, or a build without CUDA" : "cuda:0 unavailable");
     return 2;
   }
@@ -332,7 +387,7 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     MINIDL_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     if (!opt.json_only)
-      std::fprintf(stderr, "kernel_bench on %s: %d SMs, L2 %d MiB; median of %d runs per case\n", prop.name,
+      std::fprintf(stderr, "bench_kernels on %s: %d SMs, L2 %d MiB; median of %d runs per case\n", prop.name,
                    prop.multiProcessorCount, l2 >> 20, opt.runs);
     Timer timer(stream, opt);
 
@@ -364,8 +419,8 @@ int main(int argc, char** argv) {
     empty_cache(gpu);
     bench_cross_entropy(be, stream, timer, opt, l2, 4096, 10);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kernel_bench: %s\n", e.what());
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return g_mismatch ? 3 : 0;
 }

@@ -22,17 +22,25 @@ inline Tensor random_cpu(const Shape& shape, uint64_t seed, double lo = -1.0, do
   return rand(shape, TensorOptions(DType::Float32, Device::cpu()), &g) * (hi - lo) + lo;
 }
 
+// Whether a pair with a non-finite member matches: NaN only NaN, +inf only +inf, -inf only -inf.
+inline bool same_nonfinite(float got, float want) {
+  return std::isnan(got) ? std::isnan(want) : got == want;  // == tells the infinities apart by sign
+}
+
 // max |a - b| <= atol + rtol · |b| elementwise, b the CPU reference; reports the worst element.
+// A non-finite value must be met by the same value (same_nonfinite).
 inline void check_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
   INFO(what << ": shape " << got.shape() << " vs " << want.shape());
   REQUIRE(got.shape() == want.shape());
   const std::vector<float> a = got.to(Device::cpu()).to(DType::Float32).to_vector<float>();
   const std::vector<float> b = want.to(Device::cpu()).to(DType::Float32).to_vector<float>();
-  size_t worst = 0;
+  size_t worst = 0, nonfinite_mismatches = 0, first_mismatch = 0;
   double worst_excess = -1.0;
-  bool finite = true;
   for (size_t i = 0; i < a.size(); ++i) {
-    finite = finite && (std::isfinite(a[i]) == std::isfinite(b[i]));
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      if (!same_nonfinite(a[i], b[i]) && nonfinite_mismatches++ == 0) first_mismatch = i;
+      continue;
+    }
     const double excess = std::abs(static_cast<double>(a[i]) - b[i]) - (atol + rtol * std::abs(static_cast<double>(b[i])));
     if (excess > worst_excess) {
       worst_excess = excess;
@@ -40,7 +48,10 @@ inline void check_close(const Tensor& got, const Tensor& want, double atol, doub
     }
   }
   INFO("worst element " << worst << ": got " << (a.empty() ? 0.f : a[worst]) << ", want " << (b.empty() ? 0.f : b[worst]));
-  CHECK(finite);
+  INFO(nonfinite_mismatches << " non-finite element(s) not matched by the same value; the first, " << first_mismatch
+                            << ": got " << (a.empty() ? 0.f : a[first_mismatch]) << ", want "
+                            << (b.empty() ? 0.f : b[first_mismatch]));
+  CHECK(nonfinite_mismatches == 0);
   CHECK(worst_excess <= 0.0);
 }
 

@@ -2,7 +2,11 @@
 // backend on fresh random inputs, for the hand-written kernel and for cuBLAS (set_gemm_impl):
 // matmul in every transpose variant, linear forward with and without bias and ReLU, linear
 // backward (dx, dW, db, each skippable), empty inner dimensions, misaligned operands (the
-// scalar load path), native against cuBLAS, and run-to-run determinism.
+// scalar load path), native against cuBLAS, and run-to-run determinism. Which plan (tile size,
+// split K) the native kernel takes for each shape is asserted, so a change of its heuristic
+// cannot silently drop a path from these tests; and each plan is also forced on small shapes
+// (a small multiprocessor count given to the kernel), which is what compute-sanitizer runs
+// ([small]; the shapes of the other tests are [large] for it).
 //
 // Tolerance (Note [GEMM tolerance]): the CPU, the native kernel and cuBLAS add the K products of
 // each output in different orders (and tile sizes), so their float32 results differ by rounding.
@@ -14,12 +18,17 @@
 // K-tail bug) moves an element by |a_p·b_p| ~ 0.25, far above 1e-5 · scale even at K = 1000.
 #include "cuda_test_util.h"
 
+#include <cuda_runtime.h>
+
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "kernels/cuda/gemm.cuh"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
@@ -50,9 +59,43 @@ struct GemmShape {
 // two big enough that the native kernel takes its medium (600x900: 150 tiles of 64) and large
 // (1537x1400: 143 tiles of 128) configurations on a 132-SM H200; the rest take the small tile,
 // and 1000x1x999, 257x31x1000 and 128x256x784 also split K (5, 7 and 5 slices, gemm.cu).
+// kPlansOn132 states each shape's plan; the first test case below holds the heuristic to it.
 const GemmShape kShapes[] = {{1, 1, 1},       {17, 33, 65},    {1000, 1, 999},  {128, 784, 256}, {128, 128, 10},
                              {257, 31, 1000}, {128, 256, 784}, {128, 10, 128},  {5, 300, 9},     {600, 900, 130},
                              {1537, 1400, 67}};
+
+// A native GEMM plan: the tile and the number of K slices (1: no split).
+struct Plan {
+  cuda::GemmTile tile;
+  int64_t splits;
+};
+constexpr int kH200Sms = 132;  // an H200's multiprocessors: the device these shapes were chosen for
+constexpr cuda::GemmTile kLarge = cuda::GemmTile::Large128x128, kMedium = cuda::GemmTile::Medium64x64,
+                         kSmall = cuda::GemmTile::Small32x32;
+const Plan kPlansOn132[] = {{kSmall, 1}, {kSmall, 1}, {kSmall, 5}, {kSmall, 1},  {kSmall, 1}, {kSmall, 7},
+                            {kSmall, 5}, {kSmall, 1}, {kSmall, 1}, {kMedium, 1}, {kLarge, 1}};
+static_assert(std::size(kPlansOn132) == std::size(kShapes), "one plan per shape");
+
+// The misaligned test's shapes: small, medium and large tiles on an H200, and a small one that
+// splits K (200x40x1000: 7 slices).
+const GemmShape kMisalignedShapes[] = {{130, 260, 64}, {600, 900, 132}, {1537, 1400, 68}, {200, 40, 1000}};
+const Plan kMisalignedPlansOn132[] = {{kSmall, 1}, {kMedium, 1}, {kLarge, 1}, {kSmall, 7}};
+
+std::string plan_str(const cuda::NativeGemmPlan& p) {
+  return std::string(cuda::gemm_tile_name(p.tile)) + ", " + std::to_string(p.splits) + " K slice(s) of " +
+         std::to_string(p.k_split);
+}
+
+int device_sm_count() {
+  int sms = 0;
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  return sms;
+}
+
+// The path a plan takes through gemm.cu: its tile, and whether it splits K.
+std::string path_of(const cuda::NativeGemmPlan& p) {
+  return std::string(cuda::gemm_tile_name(p.tile)) + (p.splits > 1 ? " split K" : "");
+}
 
 std::string describe(const char* what, const GemmShape& s, GemmImpl impl, bool ta = false, bool tb = false) {
   return std::string(what) + " M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) +
@@ -110,6 +153,15 @@ void check_gemm_close(const Tensor& got, const Tensor& want, const Tensor& scale
   CHECK(bad == 0);
 }
 
+// A device copy of `t` that starts one float into its storage: contiguous, 4 bytes past 16-byte
+// alignment, so the kernels must take their scalar paths.
+Tensor offset_copy(const Tensor& t) {
+  Tensor storage = zeros({t.numel() + 1}, on_gpu());
+  Tensor view = storage.narrow(0, 1, t.numel()).view(t.shape());
+  view.copy_(t);
+  return view;
+}
+
 // Column sums of dy [rows, cols] of |dy| on the CPU: the scale of db.
 Tensor column_abs_sum(const Tensor& dy) {
   const int64_t rows = dy.shape()[0], cols = dy.shape()[1];
@@ -122,7 +174,42 @@ Tensor column_abs_sum(const Tensor& dy) {
 
 }  // namespace
 
-TEST_CASE("cuda matmul matches the cpu in every transpose variant for native and cublas", "[cuda][gemm]") {
+TEST_CASE("the native GEMM takes the plan each test shape was chosen for on a 132-SM H200", "[cuda][gemm]") {
+  // native_gemm_plan is host code: this holds the heuristic to the table whatever the device.
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    const GemmShape& s = kShapes[i];
+    const cuda::NativeGemmPlan p = cuda::native_gemm_plan(s.m, s.n, s.k, kH200Sms);
+    INFO("M=" << s.m << " N=" << s.n << " K=" << s.k << ": " << plan_str(p));
+    CHECK(p.tile == kPlansOn132[i].tile);
+    CHECK(p.splits == kPlansOn132[i].splits);
+  }
+  for (size_t i = 0; i < std::size(kMisalignedShapes); ++i) {
+    const GemmShape& s = kMisalignedShapes[i];
+    const cuda::NativeGemmPlan p = cuda::native_gemm_plan(s.m, s.n, s.k, kH200Sms);
+    INFO("misaligned M=" << s.m << " N=" << s.n << " K=" << s.k << ": " << plan_str(p));
+    CHECK(p.tile == kMisalignedPlansOn132[i].tile);
+    CHECK(p.splits == kMisalignedPlansOn132[i].splits);
+  }
+}
+
+TEST_CASE("the shapes of the GEMM tests reach every native plan on this device", "[cuda][gemm]") {
+  // On another multiprocessor count the plans move: a path no shape reaches is untested here,
+  // and this says which (the [small] test below still forces every one).
+  const int sms = device_sm_count();
+  std::set<std::string> reached, reached_misaligned;
+  for (const GemmShape& s : kShapes) reached.insert(path_of(cuda::native_gemm_plan(s.m, s.n, s.k, sms)));
+  for (const GemmShape& s : kMisalignedShapes)
+    reached_misaligned.insert(path_of(cuda::native_gemm_plan(s.m, s.n, s.k, sms)));
+  for (cuda::GemmTile tile : {kLarge, kMedium, kSmall}) {
+    INFO("on " << sms << " multiprocessors (the shapes were chosen for " << kH200Sms << ")");
+    CHECK(reached.count(cuda::gemm_tile_name(tile)) == 1);
+    CHECK(reached_misaligned.count(cuda::gemm_tile_name(tile)) == 1);
+  }
+  CHECK(reached.count(std::string(cuda::gemm_tile_name(kSmall)) + " split K") == 1);
+  CHECK(reached_misaligned.count(std::string(cuda::gemm_tile_name(kSmall)) + " split K") == 1);
+}
+
+TEST_CASE("cuda matmul matches the cpu in every transpose variant for native and cublas", "[cuda][gemm][large]") {
   uint64_t seed = 100;
   for (const GemmShape& s : kShapes) {
     for (int variant = 0; variant < 4; ++variant) {
@@ -149,13 +236,11 @@ TEST_CASE("cuda matmul matches the cpu in every transpose variant for native and
 }
 
 TEST_CASE("cuda matmul reads misaligned operands and writes a misaligned output through the scalar path",
-          "[cuda][gemm]") {
+          "[cuda][gemm][large]") {
   // Leading dimensions that are multiples of 4 would allow float4 loads, but each tensor starts
   // one float into its storage (4-byte, not 16-byte, aligned): the kernel must notice and fall back.
-  // Small, medium and large tiles on an H200, and a small one that splits K (200x40x1000: 7 slices).
-  const GemmShape shapes[] = {{130, 260, 64}, {600, 900, 132}, {1537, 1400, 68}, {200, 40, 1000}};
   uint64_t seed = 300;
-  for (const GemmShape& s : shapes) {
+  for (const GemmShape& s : kMisalignedShapes) {
     for (int variant = 0; variant < 4; ++variant) {
       const bool ta = (variant & 1) != 0, tb = (variant & 2) != 0;
       const Tensor a = random_cpu(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, ++seed);
@@ -163,13 +248,6 @@ TEST_CASE("cuda matmul reads misaligned operands and writes a misaligned output 
       Tensor want = empty({s.m, s.n}, on_cpu());
       cpu_backend().matmul(a, b, want, ta, tb);
       const Tensor scale = product_scale(a, b, ta, tb, s.m, s.n);
-      // Offset views: storage [1 + numel], tensor from element 1 (contiguous, 4 bytes past 16-byte alignment).
-      auto offset_copy = [](const Tensor& t) {
-        Tensor storage = zeros({t.numel() + 1}, on_gpu());
-        Tensor view = storage.narrow(0, 1, t.numel()).view(t.shape());
-        view.copy_(t);
-        return view;
-      };
       const Tensor ag = offset_copy(a), bg = offset_copy(b);
       for (GemmImpl impl : kImpls) {
         GemmImplScope scope(impl);
@@ -183,7 +261,7 @@ TEST_CASE("cuda matmul reads misaligned operands and writes a misaligned output 
 }
 
 TEST_CASE("cuda linear forward with and without bias and relu matches the cpu for native and cublas",
-          "[cuda][gemm][linear]") {
+          "[cuda][gemm][linear][large]") {
   uint64_t seed = 500;
   for (const GemmShape& s : kShapes) {  // x [M, K], W [N, K], b [N] -> y [M, N]
     const Tensor x = random_cpu({s.m, s.k}, ++seed), w = random_cpu({s.n, s.k}, ++seed), b = random_cpu({s.n}, ++seed);
@@ -208,7 +286,8 @@ TEST_CASE("cuda linear forward with and without bias and relu matches the cpu fo
   }
 }
 
-TEST_CASE("cuda linear backward gives dx, dW and db like the cpu for native and cublas", "[cuda][gemm][linear]") {
+TEST_CASE("cuda linear backward gives dx, dW and db like the cpu for native and cublas",
+          "[cuda][gemm][linear][large]") {
   // {batch, out, in}: the GEMM shapes again (dy [batch, out]), plus tall dy for the two-stage
   // column sum (1025 rows: a second chunk of one row; 5000 rows: five chunks).
   std::vector<GemmShape> shapes(std::begin(kShapes), std::end(kShapes));
@@ -246,7 +325,8 @@ TEST_CASE("cuda linear backward gives dx, dW and db like the cpu for native and 
   }
 }
 
-TEST_CASE("cuda linear through autograd gives the cpu gradients for native and cublas", "[cuda][gemm][linear]") {
+TEST_CASE("cuda linear through autograd gives the cpu gradients for native and cublas",
+          "[cuda][gemm][linear][large]") {
   const Tensor x = random_cpu({128, 784}, 901), w = random_cpu({256, 784}, 902), b = random_cpu({256}, 903);
   const Tensor g = random_cpu({128, 256}, 904);  // the incoming gradient of y
   auto run = [&](Device device) {
@@ -312,7 +392,7 @@ TEST_CASE("cuda GEMMs with an empty inner dimension write the bias or zeros", "[
   }
 }
 
-TEST_CASE("the native cuda GEMM and column sums give the same bits on every run", "[cuda][gemm]") {
+TEST_CASE("the native cuda GEMM and column sums give the same bits on every run", "[cuda][gemm][large]") {
   GemmImplScope scope(GemmImpl::Native);
   for (const GemmShape& s : {GemmShape{257, 31, 1000}, GemmShape{1537, 1400, 67}}) {
     const Tensor a = random_cpu({s.m, s.k}, 1001).to(kGpu), b = random_cpu({s.n, s.k}, 1002).to(kGpu);
@@ -327,4 +407,102 @@ TEST_CASE("the native cuda GEMM and column sums give the same bits on every run"
   backend_for(kGpu).linear_backward(dy, x, w, none, none, db1);
   backend_for(kGpu).linear_backward(dy, x, w, none, none, db2);
   check_equal(db1, db2, "db of a tall dy twice");
+}
+
+namespace {
+
+// A plan forced on a small shape: the multiprocessor count the kernel is told, which moves its
+// heuristic to the plan named (native_gemm_plan, gemm.cu).
+struct ForcedPlan {
+  GemmShape shape;
+  int sm_count;
+  Plan plan;
+};
+// 130x260: 6 tiles of 128 >= 1 SM -> large. 130x130: 4 tiles of 128 < 8 <= 9 tiles of 64 ->
+// medium. 40x40x20: 4 tiles of 32 and 2·4 > 4 SMs -> small, whole K. 40x40x300 on 16 SMs:
+// 2·4 <= 16 and K >= 256 -> 2 slices (160 and a shorter 140). 33x70x520 on 64 SMs: 4 slices of
+// 144, the last 88. Every K here leaves a tail shorter than the tile's K step.
+const ForcedPlan kForcedPlans[] = {{{130, 260, 41}, 1, {kLarge, 1}},
+                                   {{130, 130, 43}, 8, {kMedium, 1}},
+                                   {{40, 40, 21}, 4, {kSmall, 1}},
+                                   {{40, 40, 300}, 16, {kSmall, 2}},
+                                   {{33, 70, 520}, 64, {kSmall, 4}}};
+
+}  // namespace
+
+TEST_CASE("the native cuda GEMM forced into each tile plan and split K on small shapes matches the cpu",
+          "[cuda][gemm][small]") {
+  // The kernel is called directly (kernels/cuda/gemm.cuh) with a made-up multiprocessor count,
+  // on the legacy default stream after the backend's stream is synchronised; in every transpose
+  // variant, with and without the bias + ReLU epilogue, on aligned and misaligned operands.
+  uint64_t seed = 1200;
+  for (const ForcedPlan& f : kForcedPlans) {
+    const GemmShape& s = f.shape;
+    const cuda::NativeGemmPlan plan = cuda::native_gemm_plan(s.m, s.n, s.k, f.sm_count);
+    INFO("M=" << s.m << " N=" << s.n << " K=" << s.k << " on " << f.sm_count << " SMs: " << plan_str(plan));
+    REQUIRE(plan.tile == f.plan.tile);
+    REQUIRE(plan.splits == f.plan.splits);
+    Tensor workspace = plan.workspace_floats() > 0 ? nan_gpu({plan.workspace_floats()}) : Tensor();
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool ta = (variant & 1) != 0, tb = (variant & 2) != 0;
+      const Tensor a = random_cpu(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, ++seed);
+      const Tensor b = random_cpu(tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, ++seed);
+      const Tensor bias = random_cpu({s.n}, ++seed);
+      Tensor product = empty({s.m, s.n}, on_cpu());
+      cpu_backend().matmul(a, b, product, ta, tb);
+      for (bool epilogue : {false, true}) {
+        // want = relu(op(A)·op(B) + bias) with the epilogue, op(A)·op(B) without it.
+        std::vector<float> w = product.to_vector<float>();
+        const std::vector<float> bv = bias.to_vector<float>();
+        if (epilogue)
+          for (size_t i = 0; i < w.size(); ++i) {
+            const float v = w[i] + bv[i % static_cast<size_t>(s.n)];
+            w[i] = v < 0.0f ? 0.0f : v;
+          }
+        const Tensor want = from_vector(w, Shape{s.m, s.n}, on_cpu());
+        // ReLU is 1-Lipschitz: the bound of the pre-activation holds after it.
+        const Tensor scale = product_scale(a, b, ta, tb, s.m, s.n, epilogue ? bias : Tensor());
+        for (bool misaligned : {false, true}) {
+          auto place = [&](const Tensor& t) { return misaligned ? offset_copy(t) : t.to(kGpu); };
+          const Tensor ag = place(a), bg = place(b), biasg = place(bias);
+          Tensor got = place(full({s.m, s.n}, std::numeric_limits<double>::quiet_NaN(), on_cpu()));
+          cuda::GemmProblem p;
+          p.m = s.m;
+          p.n = s.n;
+          p.k = s.k;
+          p.a = ag.data<float>();
+          p.lda = ta ? s.m : s.k;
+          p.trans_a = ta;
+          p.b = bg.data<float>();
+          p.ldb = tb ? s.k : s.n;
+          p.trans_b = tb;
+          p.c = got.data<float>();
+          p.ldc = s.n;
+          p.bias = epilogue ? biasg.data<float>() : nullptr;
+          p.relu = epilogue;
+          backend_for(kGpu).synchronize();  // the inputs, written on the backend's stream
+          cuda::native_sgemm(p, f.sm_count, workspace.defined() ? workspace.data<float>() : nullptr, nullptr);
+          REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+          const std::string what = std::string("forced ") + plan_str(plan) + (epilogue ? ", bias+relu" : "") +
+                                   (misaligned ? ", misaligned" : "");
+          check_gemm_close(got, want, scale, describe(what.c_str(), s, GemmImpl::Native, ta, tb));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda linear backward's column sums of small tall inputs match the cpu", "[cuda][gemm][linear][small]") {
+  // db = column sums of dy (linear.cu, a shared-memory kernel): one chunk, a chunk and a row
+  // (1025 rows), several chunks (5000 rows); small enough for compute-sanitizer.
+  uint64_t seed = 1300;
+  for (const GemmShape& s : {GemmShape{7, 3, 2}, GemmShape{1025, 3, 2}, GemmShape{5000, 33, 2}}) {
+    const Tensor dy = random_cpu({s.m, s.n}, ++seed), x = random_cpu({s.m, s.k}, ++seed),
+                 w = random_cpu({s.n, s.k}, ++seed);
+    Tensor none, db = empty({s.n}, on_cpu());
+    cpu_backend().linear_backward(dy, x, w, none, none, db);
+    Tensor gdb = nan_gpu({s.n});
+    backend_for(kGpu).linear_backward(dy.to(kGpu), x.to(kGpu), w.to(kGpu), none, none, gdb);
+    check_gemm_close(gdb, db, column_abs_sum(dy), describe("db = column sums of dy", s, GemmImpl::Native));
+  }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/torch_train_step.py: the MLP training step of `train_step --model mlp` in PyTorch eager:
+"""bench/torch_mlp_step.py: the MLP training step of `bench_train_step --model mlp` in PyTorch eager:
 784 -> 256 -> ReLU -> 128 -> ReLU -> 10, CrossEntropyLoss, backward, SGD (lr 0.01, momentum 0.9),
 zero_grad, on a random batch already on the device, for each batch size of the sweep. fp32 with
 TF32 disabled, as minidl computes. A warm-up, then --repeats runs of --steps steps; the median is
@@ -16,7 +16,7 @@ try:
     import torch
     import torch.nn as nn
 except ImportError:
-    print("torch_train_step.py: torch is not installed; skipped", file=sys.stderr)
+    print("torch_mlp_step.py: torch is not installed; skipped", file=sys.stderr)
     sys.exit(0)
 
 
@@ -61,7 +61,7 @@ def main():
     a = p.parse_args()
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("torch_train_step.py: no CUDA device for torch; skipped", file=sys.stderr)
+        print("torch_mlp_step.py: no CUDA device for torch; skipped", file=sys.stderr)
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
