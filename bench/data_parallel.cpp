@@ -2,10 +2,10 @@
 //   1. Training step time (zero_grad, forward, cross-entropy, backward, SGD step) of the plain
 //      model and of DataParallel over 1..N replicas on the same device type, at the same global
 //      batch: the seed tutorial's SimpleModel (batch 10) and the Fashion-MNIST MLP
-//      784-256-128-10 (--batch, default 4096 as in the one-GPU target). Beside each
-//      DataParallel step: its communication done alone (the per-forward parameter broadcast plus
-//      one all-reduce per gradient bucket, launched and waited one after the other) as a share
-//      of the step, and the part backward had to wait for (GradientSyncStats::wait_seconds).
+//      784-256-128-10 (--batch, default 4096). Beside each DataParallel step: its communication
+//      done alone (the per-forward parameter broadcast plus one all-reduce per gradient bucket,
+//      launched and waited one after the other) as a share of the step, and the part backward
+//      had to wait for (GradientSyncStats::wait_seconds).
 //   2. All-reduce bandwidth of the communicator over 2..N devices, nccl-tests' definitions:
 //      algbw = bytes / time, busbw = algbw · 2(n-1)/n.
 // Medians over --repeats runs, the configurations timed in turn within each repeat. JSON lines on stdout, a table on stderr. --device cuda replicates
@@ -27,18 +27,13 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "parallel/parallel.h"
+#include "samples/common/seed_model.h"
 
 namespace {
 
 using namespace minidl;
 using clock_type = std::chrono::steady_clock;
-
-struct SimpleModel : nn::Cloneable<SimpleModel> {
-  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-  std::string name() const override { return "SimpleModel"; }
-};
+using samples::SimpleModel;
 
 std::shared_ptr<nn::Module> make_mlp() {
   return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
