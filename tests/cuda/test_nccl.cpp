@@ -1,5 +1,5 @@
-// The NCCL communicator on the GPUs of this machine (all of them; a lent machine has one, so
-// there NCCL runs with one rank: the calls, streams, events and checks are exercised, the
+// The NCCL communicator on the GPUs of this machine (all of them; on a one-GPU machine NCCL
+// runs with one rank: the calls, streams, events and checks are exercised, the
 // reduction across devices only where there are several). Against CPU references.
 #include "cuda_test_util.h"
 
@@ -235,7 +235,7 @@ TEST_CASE("DataParallel over every GPU trains like the plain model on cuda:0", "
     worst = std::max(worst, std::abs(ref_loss.item() - loss.item()));
   }
   // The same sums in other groupings (per shard, then across GPUs) in float32, as in the CPU
-  // replica test: 1e-5 is the issue's bound. One GPU does the same arithmetic as the plain model.
+  // replica test, and the same bound 1e-5. One GPU does the same arithmetic as the plain model.
   CHECK(worst < 1e-5);
   auto pa = reference->parameters(), pb = model->parameters();
   for (size_t p = 0; p < pa.size(); ++p) check_close(pb[p], pa[p], 1e-5, 0, "parameter after 20 steps");
