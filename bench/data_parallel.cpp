@@ -27,18 +27,13 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "parallel/parallel.h"
+#include "samples/common/seed_model.h"
 
 namespace {
 
 using namespace minidl;
 using clock_type = std::chrono::steady_clock;
-
-struct SimpleModel : nn::Cloneable<SimpleModel> {
-  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-  std::string name() const override { return "SimpleModel"; }
-};
+using samples::SimpleModel;
 
 std::shared_ptr<nn::Module> make_mlp() {
   return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{

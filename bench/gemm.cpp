@@ -3,8 +3,9 @@
 // on the same data in the same run when it was found at configure time (MINIDL_HAVE_OPENBLAS).
 // Each case: fresh random data, one warm-up call, calls batched into samples of >= --min-ms,
 // --reps samples, the median reported; all minidl cases run before all OpenBLAS cases (see the
-// note in main). Threads: OMP_NUM_THREADS for minidl, and OpenBLAS is
-// told the same count. JSON lines on stdout, a table on stderr.
+// note in main). Threads: OMP_NUM_THREADS, which the CPU kernels' thread pool reads (as
+// omp_get_max_threads() does, so that reports the pool's count), and OpenBLAS is told the same
+// count. JSON lines on stdout, a table on stderr.
 #include <omp.h>
 
 #include <algorithm>
@@ -118,11 +119,12 @@ int main(int argc, char** argv) {
                std::getenv("OPENBLAS_CORETYPE") ? " (forced by OPENBLAS_CORETYPE)" : "");
 #endif
 
-  // Note [one library's threads at a time]: minidl's OpenMP team and OpenBLAS's pthread pool
-  // both spin for a while after work (OpenBLAS's also after openblas_set_num_threads). On a
-  // machine with no spare core, minidl's barriers then wait on OpenBLAS's spinning threads
-  // (2-thread figures measured 10-100x too low), so all minidl cases run first, with OpenBLAS's
-  // pool untouched; a pause lets the OpenMP team sleep; then OpenBLAS gets its threads.
+  // Note [one library's threads at a time]: minidl's thread pool (kernels/cpu/thread_pool.h)
+  // and OpenBLAS's pthread pool both spin for a while after work (OpenBLAS's also after
+  // openblas_set_num_threads). On a machine with no spare core, one library's waits then
+  // stall on the other's spinning threads (when minidl's loops were OpenMP regions, 2-thread
+  // figures came out 10-100x too low), so all minidl cases run first, with OpenBLAS's pool
+  // untouched; a pause lets minidl's threads fall asleep; then OpenBLAS gets its threads.
   try {
     Backend& cpu = backend_for(Device::cpu());
     struct CaseData {

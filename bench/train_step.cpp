@@ -24,20 +24,12 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "samples/common/seed_model.h"
 
 namespace {
 
 using namespace minidl;
-
-// The tutorial's model: fc1 -> relu -> fc2.
-struct SimpleModel : nn::Module {
-  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-  std::shared_ptr<nn::ReLU> relu = register_module("relu", std::make_shared<nn::ReLU>());
-  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-
-  Tensor forward(const Tensor& x) override { return (*fc2)((*relu)((*fc1)(x))); }
-  std::string name() const override { return "SimpleModel"; }
-};
+using samples::SimpleModel;  // the tutorial's model: fc1 -> relu -> fc2
 
 // Runs `steps` training steps, crossing epochs as needed (each begin() is a new epoch).
 void train_steps(int64_t steps, data::DataLoader& loader, SimpleModel& model, optim::SGD& optimizer,

@@ -10,12 +10,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/host_parallel.h"
 #include "data/idx.h"
 
 namespace minidl::data {
 
 // MINIDL_FASHION_MNIST_DIR overrides the Debian path (machines where the package cannot be
-// installed, such as the lent GPU machine, carry the files elsewhere).
+// installed, such as one without network access, carry the files elsewhere).
 std::string default_fashion_mnist_dir() {
   const char* dir = std::getenv("MINIDL_FASHION_MNIST_DIR");
   return dir != nullptr && *dir != '\0' ? dir : "/usr/share/datasets/fashion-mnist";
@@ -100,9 +101,11 @@ TensorDataset load_mnist(const std::string& dir, MnistSplit split, const MnistOp
   float* xp = x.data<float>();
   const unsigned char* pixels = images.payload.data();
   const float* lut = table.data();
-  const int64_t count = n * kPixels;
-#pragma omp parallel for schedule(static) if (count > (1 << 20))
-  for (int64_t i = 0; i < count; ++i) xp[i] = lut[pixels[i]];
+  // Threads (the CPU kernels' pool) take slices of at least a million pixels: the training set
+  // is split, a small --limit runs on this thread.
+  host_parallel_for(n * kPixels, int64_t{1} << 20, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) xp[i] = lut[pixels[i]];
+  });
   return TensorDataset(std::move(x), std::move(y));
 }
 

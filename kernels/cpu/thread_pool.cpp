@@ -9,10 +9,11 @@
 // then a condition variable.
 #include "kernels/cpu/thread_pool.h"
 
-#include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 namespace minidl::cpu {
 
@@ -37,6 +38,20 @@ bool spin_until(Done done) {
   }
 }
 
+// The thread count as OpenMP would choose it, without linking an OpenMP runtime: the first
+// value of OMP_NUM_THREADS (a list such as "4,2" gives 4) when it is a positive number, else
+// the CPUs this process may run on (its affinity mask, which `taskset` and containers narrow).
+int threads_from_environment() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && n > 0) return static_cast<int>(std::min<long>(n, 1 << 20));
+  }
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return std::max(1, CPU_COUNT(&cpus));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 }  // namespace
 
 ThreadPool& ThreadPool::instance() {
@@ -44,7 +59,7 @@ ThreadPool& ThreadPool::instance() {
   return pool;
 }
 
-ThreadPool::ThreadPool() : max_threads_(std::clamp(omp_get_max_threads(), 1, 255)) {}
+ThreadPool::ThreadPool() : max_threads_(std::clamp(threads_from_environment(), 1, 255)) {}
 
 ThreadPool::~ThreadPool() {
   if (workers_.empty()) return;

@@ -1,12 +1,13 @@
 // ThreadPool: the worker team behind the CPU kernels' parallel loops (parallel_for,
-// parallel_rows, the GEMM). A fixed set of threads (OMP_NUM_THREADS, as OpenMP counts them,
-// minus the caller) waits for work; run(parts, f) calls f(part, parts) for every part, part 0
-// on the calling thread, and returns when all are done.
+// parallel_rows, the GEMM) and behind minidl::host_parallel_for (core/host_parallel.h). A fixed
+// set of threads (OMP_NUM_THREADS, as OpenMP counts them, minus the caller) waits for work;
+// run(parts, f) calls f(part, parts) for every part, part 0 on the calling thread, and returns
+// when all are done.
 //
 // Why not `#pragma omp parallel`: libgomp's idle threads spin (up to about a millisecond by
 // default) before they sleep, and every region ends with a barrier. On a machine shared with
 // other work that combination stalls: a spinning thread takes the core its descheduled partner
-// needs, and a region waits a whole scheduler slice for it. On the project's 2-core VM under
+// needs, and a region waits a whole scheduler slice for it. On a 2-core Intel Xeon VM under
 // load, one step of the Fashion-MNIST MLP on 2 threads cost 6.6-7.7 ms of CPU time with
 // libgomp's default policy and 1.2 ms with OMP_WAIT_POLICY=passive. This pool spins only briefly
 // (kSpinMicros) and then sleeps on a condition variable, so an idle or waiting thread
@@ -32,7 +33,8 @@ class ThreadPool {
   // The process-wide pool (its threads start at the first parallel call).
   static ThreadPool& instance();
 
-  // Threads a parallel loop may use, the caller included (OMP_NUM_THREADS, else the core count).
+  // Threads a parallel loop may use, the caller included: OMP_NUM_THREADS (its first value),
+  // else the CPUs this process may run on. No OpenMP runtime is involved.
   int max_threads() const { return max_threads_; }
 
   // Calls f(part, parts) for part in [0, parts); parts is capped at max_threads(). The first

@@ -12,19 +12,11 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "parallel/parallel.h"
+#include "samples/common/seed_model.h"
 
 using namespace minidl;
-
-// PyTorch: class SimpleModel(nn.Module) — Cloneable so that DataParallel can replicate it.
-struct SimpleModel : nn::Cloneable<SimpleModel> {
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  SimpleModel() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-  std::string name() const override { return "SimpleModel"; }
-};
+// PyTorch: class SimpleModel(nn.Module) — nn::Cloneable, so that DataParallel can replicate it.
+using samples::SimpleModel;
 
 int main(int argc, char** argv) {
   CLI::App app{"minidl tutorial example 1: the seed trainer with its model wrapped in DataParallel"};

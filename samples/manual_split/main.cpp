@@ -13,20 +13,11 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "samples/common/seed_model.h"
 #include "samples/manual_split/split_step.h"
 
 using namespace minidl;
-
-// PyTorch: class SimpleModel(nn.Module): fc1 = nn.Linear(10, 5); relu; fc2 = nn.Linear(5, 2)
-struct SimpleModel : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  SimpleModel() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-  std::string name() const override { return "SimpleModel"; }
-};
+using samples::SimpleModel;  // the seed tutorial's model: Linear 10→5, ReLU, Linear 5→2
 
 int main(int argc, char** argv) {
   CLI::App app{"minidl tutorial example 2: each batch split into chunks, gradients accumulated, one step"};

@@ -1,6 +1,7 @@
 // seed_train: the seed tutorial end to end, in minidl. Each step names the PyTorch line it
-// stands for: check for a GPU, define SimpleModel (Linear 10→5, ReLU, Linear 5→2), move it to
-// the device, build 100 random samples and a shuffled DataLoader (batch 10), SGD lr 0.01 with
+// stands for: check for a GPU, define SimpleModel (Linear 10→5, ReLU, Linear 5→2, in
+// samples/common/seed_model.h: the other samples, bench/ and tests/ train the same class), move
+// it to the device, build 100 random samples and a shuffled DataLoader (batch 10), SGD lr 0.01 with
 // cross-entropy, and a loop that prints the running loss every 10 batches.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -10,20 +11,11 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "samples/common/seed_model.h"
 
 using namespace minidl;
-
 // PyTorch: class SimpleModel(nn.Module): fc1 = nn.Linear(10, 5); relu; fc2 = nn.Linear(5, 2)
-struct SimpleModel : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  SimpleModel() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  }
-  // PyTorch: def forward(self, x): return self.fc2(self.relu(self.fc1(x)))
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-  std::string name() const override { return "SimpleModel"; }
-};
+using samples::SimpleModel;
 
 int main(int argc, char** argv) {
   CLI::App app{"minidl seed tutorial: a small classifier on random data"};

@@ -15,7 +15,7 @@ TEST_CASE("devices parse and print like PyTorch, and CUDA is reported as the mac
   CHECK_THROWS_WITH(Device("gpu"), Catch::Contains("cannot parse 'gpu'"));
   CHECK_THROWS_AS(Device("cuda:-1"), Error);
   CHECK_THROWS_AS(Device("cuda:x"), Error);
-  // This suite also runs on a GPU machine (scripts/gpu-check): a device beyond the count is
+  // This suite also runs on a GPU machine (scripts/gpu/gpu-check): a device beyond the count is
   // refused either way, and the default device follows what is there.
   const int count = cuda_device_count();
   CHECK(cuda_is_available() == (count > 0));

@@ -6,20 +6,13 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "samples/common/seed_model.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
+using samples::SimpleModel;
 
 namespace {
-
-struct SimpleModel : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  SimpleModel() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-};
 
 // The tutorial's loop (100 random samples, batch 10, shuffled, SGD 0.01, cross-entropy) on
 // `device`; returns every batch's loss.

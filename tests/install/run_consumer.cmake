@@ -30,6 +30,18 @@ if(SANITIZE)
 endif()
 
 run_step(install ${CMAKE_COMMAND} --install ${MINIDL_BUILD_DIR} --prefix ${prefix})
+# The CPU kernels run on their own thread pool, so the package must put no OpenMP runtime on
+# its users' link lines (the consumer's link below also fails if libminidl needs one).
+file(GLOB_RECURSE exported ${prefix}/*/minidlTargets*.cmake ${prefix}/*/minidlConfig.cmake)
+if(NOT exported)
+  message(FATAL_ERROR "install test: no minidlTargets*.cmake under ${prefix}")
+endif()
+foreach(file ${exported})
+  file(READ ${file} text)
+  if(text MATCHES "OpenMP|gomp")
+    message(FATAL_ERROR "install test: ${file} names OpenMP; minidl::minidl must not need it")
+  endif()
+endforeach()
 run_step(configure ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${consumer_build}
          -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
          -DCMAKE_BUILD_TYPE=${BUILD_TYPE} ${flags})

@@ -1,4 +1,5 @@
-// House rule (DESIGN.md): every kernel launch in kernels/cuda is followed by its launch check.
+// House rule (kernels/cuda/cuda_check.h, docs/cuda.md): every kernel launch in kernels/cuda is
+// followed by its launch check.
 // This test reads the sources (it needs no GPU) and fails on any `<<<...>>>(...);` whose next
 // statement is not MINIDL_LAUNCH_CHECK();, naming the file and line.
 #include <catch2/catch.hpp>

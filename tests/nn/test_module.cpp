@@ -9,23 +9,12 @@
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "nn/nn.h"
+#include "samples/common/seed_model.h"
 
 using namespace minidl;
+using samples::SimpleModel;  // the seed tutorial's model: fc1 (10 -> 5), ReLU, fc2 (5 -> 2)
 
 namespace {
-
-// The seed tutorial's model: fc1 (10 -> 5), ReLU, fc2 (5 -> 2).
-struct SimpleModel : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  std::shared_ptr<nn::ReLU> relu;
-  explicit SimpleModel(Generator* gen = nullptr) {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5, true, gen));
-    relu = register_module("relu", std::make_shared<nn::ReLU>());
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2, true, gen));
-  }
-  Tensor forward(const Tensor& x) override { return fc2->forward(relu->forward(fc1->forward(x))); }
-  std::string name() const override { return "SimpleModel"; }
-};
 
 template <typename T>
 std::vector<std::string> names_of(const std::vector<std::pair<std::string, T>>& named) {

@@ -147,8 +147,8 @@ TEST_CASE("DataParallel over 1 to 4 CPU replicas trains like one device for 20 S
       last_loss = loss.item();
     }
     // float32 with the batch's rows summed in other groupings (per shard, then across
-    // replicas): the measured worst differences are 1.5e-7 (one replica: 0); 1e-5 is the
-    // issue's bound. An average instead of a sum is off by a factor of n, far outside it.
+    // replicas): the measured worst differences are 1.5e-7 (one replica: 0); the bound 1e-5 is
+    // some 60 times that. An average instead of a sum is off by a factor of n, far outside it.
     CHECK(worst_grad < 1e-5);
     CHECK(worst_loss < 1e-5);
     CHECK(max_param_diff(*reference, *model) < 1e-5);

@@ -9,17 +9,13 @@
 
 #include "core/ops.h"
 #include "nn/nn.h"
+#include "samples/common/seed_model.h"
 #include "samples/manual_split/split_step.h"
 
 using namespace minidl;
+using samples::SimpleModel;
 
 namespace {
-struct SimpleModel : nn::Cloneable<SimpleModel> {
-  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-};
-
 double max_grad_diff(const nn::Module& a, const nn::Module& b, double scale_b = 1.0) {
   auto pa = a.parameters(), pb = b.parameters();
   double m = 0;

@@ -1,24 +1,16 @@
-// End to end: the seed tutorial's SimpleModel, DataLoader, SGD and cross-entropy learn a
-// linearly separable problem; a shape error in the loop surfaces as minidl::Error.
+// End to end: the seed tutorial's SimpleModel (samples/common/seed_model.h), DataLoader, SGD
+// and cross-entropy learn a linearly separable problem; a shape error in the loop surfaces as
+// minidl::Error. tests/samples/test_seed_train.cpp runs the samples/seed_train program itself.
 #include <catch2/catch.hpp>
 
 #include "core/ops.h"
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "samples/common/seed_model.h"
 
 using namespace minidl;
-
-namespace {
-struct SimpleModel : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  SimpleModel() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(10, 5));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(5, 2));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(x))); }
-};
-}  // namespace
+using samples::SimpleModel;
 
 TEST_CASE("the seed model trained with SGD on a separable dataset drives its loss down", "[e2e]") {
   manual_seed(1);
