@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "kernels/cuda/gemm_impl.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
