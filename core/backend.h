@@ -17,7 +17,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -36,6 +38,9 @@ constexpr const char* binary_op_name(BinaryOp op) {
 }
 
 enum class Activation : uint8_t { None, ReLU };
+
+// The op's message for a bad class target at `row` holding `value` (check_targets).
+using TargetErrorMessage = std::function<std::string(int64_t row, int64_t value)>;
 
 struct SGDConfig {
   double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
@@ -121,9 +126,16 @@ class Backend {
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
   // dx = y * (dy - sum(dy * y)) per row, from the forward output y = softmax(x).
   virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
-  // The first (row, value) with targets[row] outside [0, num_classes), if any.
+  // The first (row, value) with targets[row] outside [0, num_classes), if any (waits for it).
   virtual std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets,
                                                                          int64_t num_classes) = 0;
+  // The op layer's target check: throws Error(message(row, value)) for the first row whose target
+  // lies outside [0, num_classes). Here (the CPU) at once; a backend whose work is queued (CUDA)
+  // checks on the device without waiting and throws at the next point where the host waits for
+  // the device anyway: synchronize() or a copy to the CPU (item(), to_vector, .to(cpu)).
+  virtual void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) {
+    if (auto bad = find_invalid_target(targets, num_classes)) throw Error(message(bad->first, bad->second));
+  }
   // loss[row] = logsumexp(logits[row]) - logits[row, target]; lse[row] kept for backward.
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
                                              Tensor& lse) = 0;

@@ -127,10 +127,11 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
   check_backend_computes(logits, op, "logits");
   Backend& be = backend_for(logits.device());
   const Tensor lc = logits.detach().contiguous(), tc = targets.contiguous();
-  if (auto bad = be.find_invalid_target(tc, c)) {
-    throw Error(detail::make_message(op, ": target ", bad->second, " at row ", bad->first, " is out of range [0, ", c,
-                                     ") for logits ", logits.shape()));
-  }
+  // Note [deferred target errors] in docs/cuda.md: on a GPU this error may come at the next host wait.
+  be.check_targets(tc, c, [op, c, shape = logits.shape()](int64_t row, int64_t value) {
+    return detail::make_message(op, ": target ", value, " at row ", row, " is out of range [0, ", c, ") for logits ",
+                                shape);
+  });
   const bool needs_grad = autograd::any_requires_grad({&logits});
   const bool fused = needs_grad && grad_mode == CrossEntropyGrad::Fused;
   Tensor losses = empty(Shape{n}, logits.options());

@@ -3,13 +3,25 @@
 //   forward   loss[r] = lse[r] - x[r, t[r]],  lse[r] = log Σ_j exp(x[r, j]), kept for backward
 //   backward  dx[r, j] = exp(x[r, j] - lse[r]) · scale[r or 0] - (j == t[r]) · scale
 //   fused     both in one kernel: Note [fused cross-entropy] in core/ops/softmax.cpp
-//   find_invalid_target: the first row whose target lies outside [0, C), for the op's error.
+//   check_targets / find_invalid_target: the first row whose target lies outside [0, C), and its
+//                 value, for the op's error.
 // Strategy: the three losses are row ops of the row engine (row_engine.cuh): forward reduces the
 // log-sum-exp and writes per row only (finish), backward is given lse and maps every element,
 // fused does both. The target check is a grid-stride scan with an atomicMin over one word.
+//
+// Note [deferred target errors]: waiting for the target check on every loss would stop the host
+// from running ahead of the device (a stream sync per training step). So check_targets only
+// queues the scan, into one of kMaxDeferredChecks slots {first bad row, its value} in device
+// memory, and keeps the op's message; raise_deferred_errors() reads the slots at the next point
+// where the host waits for this device anyway (synchronize(), a copy to the host: item(),
+// to_vector, .to(cpu)) and throws the first error, the same minidl::Error the CPU throws at once.
+// Until then the loss kernels see the bad target and produce NaN for its row (no read out of
+// bounds); the device stays usable. When every slot is in use, check_targets waits (synchronize)
+// before it takes one, so a loop that never waits still reports within kMaxDeferredChecks losses.
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <mutex>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -108,12 +120,19 @@ __global__ void __launch_bounds__(kTargetThreads)
   if (threadIdx.x % kWarpSize == 0 && mine != ULLONG_MAX) atomicMin(first_bad, mine);
 }
 
+// slot = {first bad row, value}: the value is read once the scan has lowered slot[0].
+__global__ void invalid_target_value_kernel(const int64_t* __restrict__ targets,
+                                            unsigned long long* __restrict__ slot) {
+  if (slot[0] != ULLONG_MAX) slot[1] = static_cast<unsigned long long>(targets[slot[0]]);
+}
+
 // ---- host helpers ----
 
 // What the op layer guarantees for every loss method: contiguous float32 logits [rows, cols]
 // (and the tensors of that shape), contiguous int64 targets [rows], per-row tensors of rows.
-inline bool loss_arguments(const Tensor& logits, const Tensor& targets, std::initializer_list<const Tensor*> like_logits,
-                    std::initializer_list<const Tensor*> per_row) {
+inline bool loss_arguments(const Tensor& logits, const Tensor& targets,
+                           std::initializer_list<const Tensor*> like_logits,
+                           std::initializer_list<const Tensor*> per_row) {
   if (logits.dim() != 2 || logits.dtype() != DType::Float32 || !logits.is_contiguous()) return false;
   const int64_t rows = logits.shape()[0];
   if (targets.dtype() != DType::Int64 || targets.numel() != rows || !targets.is_contiguous()) return false;
@@ -153,6 +172,31 @@ std::optional<std::pair<int64_t, int64_t>> CudaBackend::find_invalid_target(cons
   return std::make_pair(static_cast<int64_t>(row), value);
 }
 
+void CudaBackend::check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) {
+  MINIDL_INTERNAL_ASSERT(targets.dtype() == DType::Int64 && targets.is_contiguous());
+  const int64_t n = targets.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_index());
+  std::unique_lock<std::mutex> lock(deferred_mutex_);
+  while (deferred_messages_.size() == static_cast<size_t>(kMaxDeferredChecks)) {
+    lock.unlock();
+    synchronize();  // reads (and frees) the slots, throwing an earlier check's error if it found one
+    lock.lock();
+  }
+  if (deferred_slots_ == nullptr) {
+    MINIDL_CUDA_CHECK(cudaMalloc(&deferred_slots_, 2 * sizeof(unsigned long long) * kMaxDeferredChecks));
+  }
+  unsigned long long* slot = deferred_slots_ + 2 * deferred_messages_.size();
+  MINIDL_CUDA_CHECK(cudaMemsetAsync(slot, 0xFF, sizeof(unsigned long long), stream()));  // no bad row yet
+  const unsigned blocks = grid_for(n, kTargetThreads, multiprocessor_count(), 4);
+  first_invalid_target_kernel<<<blocks, kTargetThreads, 0, stream()>>>(targets.data<int64_t>(), n, num_classes,
+                                                                        slot);
+  MINIDL_LAUNCH_CHECK();
+  invalid_target_value_kernel<<<1, 1, 0, stream()>>>(targets.data<int64_t>(), slot);
+  MINIDL_LAUNCH_CHECK();
+  deferred_messages_.push_back(std::move(message));
+}
+
 void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
                                                 Tensor& lse) {
   MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {}, {&loss, &lse}));
@@ -185,11 +229,11 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& logits, const Ten
 
 // Note [fused cross-entropy] (core/ops/softmax.cpp). This method is one kernel launch: loss
 // and dlogits for every row ([4096, 10]: one warp per row, 512 blocks). The op around it,
-// ops::softmax_cross_entropy with the Mean reduction, adds on this stream: find_invalid_target
-// before (a memset, one small kernel, an 8-byte copy to the host and a stream sync), then
-// sum_dim over the N losses (one kernel while N < 32768), the fill that makes the 1/N scalar
-// (one kernel) and the in-place multiply by it (one kernel): 5 kernels per loss in all. The
-// backward of a loss seeded with the implicit 1 launches nothing (dlogits are returned as is).
+// ops::softmax_cross_entropy with the Mean reduction, adds on this stream: check_targets before
+// (a memset and two small kernels, no host wait: Note [deferred target errors]), then sum_dim
+// over the N losses (one kernel while N < 32768), the fill that makes the 1/N scalar (one
+// kernel) and the in-place multiply by it (one kernel): 6 kernels per loss in all. The backward
+// of a loss seeded with the implicit 1 launches nothing (dlogits are returned as is).
 void CudaBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
                                               Tensor& dlogits) {
   MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {&dlogits}, {&loss}));

@@ -95,6 +95,28 @@ cublasHandle_t CudaBackend::cublas() {
 void CudaBackend::synchronize() {
   DeviceGuard guard(device_);
   MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  raise_deferred_errors();
+}
+
+void CudaBackend::raise_deferred_errors() {
+  std::vector<TargetErrorMessage> messages;
+  std::vector<unsigned long long> slots;
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);  // no check takes a slot while they are read
+    if (deferred_messages_.empty()) return;
+    messages.swap(deferred_messages_);
+    slots.resize(2 * messages.size());
+    DeviceGuard guard(device_);
+    // On the stream, behind every check that wrote these slots; the caller has just waited for
+    // the stream, so this wait is only for the copy itself.
+    MINIDL_CUDA_CHECK(cudaMemcpyAsync(slots.data(), deferred_slots_, slots.size() * sizeof(unsigned long long),
+                                      cudaMemcpyDeviceToHost, stream_));
+    MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (slots[2 * i] == ~0ULL) continue;  // all bits set: no bad row
+    throw Error(messages[i](static_cast<int64_t>(slots[2 * i]), static_cast<int64_t>(slots[2 * i + 1])));
+  }
 }
 
 MemoryStats CudaBackend::memory_stats() { return allocator_->stats(); }

@@ -1,8 +1,10 @@
 // CudaBackend: the Backend of one CUDA device (kernels/cuda implements core/backend.h).
 // Each device has one compute stream on which every kernel, copy and cuBLAS call of that
 // device is queued in order; the host only waits where it must read a result (a copy to the
-// CPU, item(), a target check). Methods are defined by family, one .cu file each:
-//   cuda_backend.cu  registry, streams, allocator statistics, synchronize
+// CPU, item(), synchronize()); errors the device finds in the targets of a loss are raised
+// there too (Note [deferred target errors], cross_entropy.cu). Methods are defined by family,
+// one .cu file each:
+//   cuda_backend.cu  registry, streams, allocator statistics, synchronize, deferred errors
 //   stream_event.cu  the events of the caching allocators' stream-aware frees
 //   memory.cu        copies (host <-> device, device <-> device), strided copy, cast, fill, arange, gather
 //   random.cu        uniform / normal / randint from the Philox counters of core/philox.h
@@ -24,6 +26,7 @@
 
 #include <initializer_list>
 #include <mutex>
+#include <vector>
 
 #include "core/backend.h"
 #include "kernels/cuda/caching_allocator.h"
@@ -77,6 +80,7 @@ class CudaBackend final : public Backend {
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
   std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes) override;
+  void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) override;
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override;
   void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
                                    Tensor& dlogits) override;
@@ -89,6 +93,10 @@ class CudaBackend final : public Backend {
 
   void synchronize() override;
   void* stream_handle() const override { return stream_; }
+  // Throws the first error check_targets recorded on the device since the last call, if any,
+  // and forgets them all (Note [deferred target errors], cross_entropy.cu). Call it only after
+  // the stream has been synchronised: synchronize() and copies to the host do.
+  void raise_deferred_errors();
   void record_stream(const Tensor& t, void* stream) override;
   MemoryStats memory_stats() override;
   void empty_cache() override;
@@ -101,6 +109,13 @@ class CudaBackend final : public Backend {
   std::once_flag cublas_once_;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CachingAllocator> allocator_;
+  // Note [deferred target errors]: kMaxDeferredChecks slots of {first bad row, its value} in
+  // device memory (cudaMalloc'd once, outside the caching allocator's statistics), and the
+  // messages of the checks that use them, in call order.
+  static constexpr int kMaxDeferredChecks = 1024;
+  std::mutex deferred_mutex_;
+  unsigned long long* deferred_slots_ = nullptr;  // [kMaxDeferredChecks, 2]
+  std::vector<TargetErrorMessage> deferred_messages_;
 };
 
 // The backend owning t's memory (t must be on a CUDA device).

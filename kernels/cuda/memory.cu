@@ -122,6 +122,7 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     DeviceGuard guard(be.device_index());
     MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyDeviceToHost, be.stream()));
     MINIDL_CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+    be.raise_deferred_errors();  // a host wait: Note [deferred target errors] (cross_entropy.cu)
     return;
   }
   // ops::to drives a copy through the backend of its non-CPU side: CPU <-> this device, or device <-> device.

@@ -76,7 +76,9 @@ void CudaBackend::log_softmax_forward(const Tensor& x, Tensor& y) {
   launch_softmax_op<LogSoftmaxForward>(*this, x, Tensor(), y);
 }
 
-void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) { launch_softmax_op<SoftmaxForward>(*this, x, Tensor(), y); }
+void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
+  launch_softmax_op<SoftmaxForward>(*this, x, Tensor(), y);
+}
 
 void CudaBackend::log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
   launch_softmax_op<LogSoftmaxBackward>(*this, dy, y, dx);
