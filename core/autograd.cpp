@@ -36,8 +36,13 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
     const bool exclusive = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
                            g.offset() == 0 && g.shape() == leaf.shape;
     leaf.grad = exclusive ? g : g.reshape(leaf.shape).clone();
-  } else {
+  } else if (leaf.grad.is_contiguous()) {
     backend_for(leaf.storage.device()).binary(BinaryOp::Add, leaf.grad, g.reshape(leaf.shape).contiguous(), leaf.grad);
+  } else {  // a strided .grad the user set: the kernels write contiguous outputs, so add, then copy back in place
+    Backend& be = backend_for(leaf.storage.device());
+    Tensor sum = empty(leaf.grad.shape(), leaf.grad.options());
+    be.binary(BinaryOp::Add, leaf.grad, g.reshape(leaf.shape).contiguous(), sum);
+    be.strided_copy(sum, leaf.grad);
   }
   for (const GradHook& hook : leaf.hooks) hook(leaf.grad);
   return {};

@@ -1,19 +1,46 @@
 // Backend: the interface between the ops (core/ops) and the kernels (kernels/<device>/).
 // Core declares it; each kernels/ folder implements it for one device type, and core reaches
-// the kernels only through backend_for(device). Every method works on tensors that the op
-// layer has already checked (shapes, dtypes, devices agree) and made contiguous, unless the
-// comment says strides are honoured. Outputs are allocated by the op; kernels only write.
+// the kernels only through backend_for(device).
+//
+// The contract. The op layer validates everything a user can get wrong and throws the
+// user-facing minidl::Error: defined arguments, shapes, dtypes that agree, one device, index
+// ranges; it makes inputs contiguous (unless a method's comment says strides are honoured)
+// and allocates the outputs, so kernels only write. What a backend cannot do is asked of it
+// once, by the op layer, before any work: computes_in(dtype) (check_backend_computes below
+// turns a "no" into the error naming the op, device and dtype). A backend may then assume all
+// of the above; where it restates an assumption it uses MINIDL_INTERNAL_ASSERT (core/error.h,
+// debug builds only), never a second user-facing check. What only the backend can find out
+// stays its own error to throw: a failed launch or API call, an allocation the device refuses,
+// a size past what its kernels index (a grid dimension, cuBLAS's int).
+// No layer above kernels/ casts a Backend& to a concrete backend: what it needs (the stream
+// work is queued on, record_stream) is part of this interface.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "core/tensor.h"
 
 namespace minidl {
 
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+// "add", "sub", "mul", "div": the op's name in messages (ops::add is BinaryOp::Add).
+constexpr const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+  }
+  return "binary";
+}
+
 enum class Activation : uint8_t { None, ReLU };
+
+// The op's message for a bad class target at `row` holding `value` (check_targets).
+using TargetErrorMessage = std::function<std::string(int64_t row, int64_t value)>;
 
 struct SGDConfig {
   double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
@@ -37,18 +64,16 @@ struct MemoryStats {
   int64_t cache_flushes = 0;         // times the cache was emptied to retry after an out-of-memory
 };
 
-// Which GEMM the CUDA backend's matmul/linear use: the hand-written kernels (default) or
-// cuBLAS (fp32, no TF32), the baseline they are measured against. The initial value comes
-// from the environment variable MINIDL_GEMM=native|cublas; the CPU has one GEMM and ignores it.
-enum class GemmImpl : uint8_t { Native, Cublas };
-GemmImpl gemm_impl();
-void set_gemm_impl(GemmImpl impl);
-const char* gemm_impl_name(GemmImpl impl);
-
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Allocator& allocator() = 0;
+
+  // ---- capabilities (asked by the op layer, see the contract above) ----
+  // Whether the compute methods (elementwise math, reductions, products, the softmax family,
+  // optimizer updates) run in `dtype` here. The memory, random and equal methods work for
+  // every dtype a tensor on this device can have (core's empty() refuses the others).
+  virtual bool computes_in(DType dtype) const = 0;
 
   // ---- memory ----
   // Copies src into dst; both contiguous, same dtype and numel. The devices may differ when
@@ -101,9 +126,16 @@ class Backend {
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
   // dx = y * (dy - sum(dy * y)) per row, from the forward output y = softmax(x).
   virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
-  // The first (row, value) with targets[row] outside [0, num_classes), if any.
+  // The first (row, value) with targets[row] outside [0, num_classes), if any (waits for it).
   virtual std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets,
                                                                          int64_t num_classes) = 0;
+  // The op layer's target check: throws Error(message(row, value)) for the first row whose target
+  // lies outside [0, num_classes). Here (the CPU) at once; a backend whose work is queued (CUDA)
+  // checks on the device without waiting and throws at the next point where the host waits for
+  // the device anyway: synchronize() or a copy to the CPU (item(), to_vector, .to(cpu)).
+  virtual void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) {
+    if (auto bad = find_invalid_target(targets, num_classes)) throw Error(message(bad->first, bad->second));
+  }
   // loss[row] = logsumexp(logits[row]) - logits[row, target]; lse[row] kept for backward.
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
                                              Tensor& lse) = 0;
@@ -124,6 +156,18 @@ class Backend {
 
   // ---- device ----
   virtual void synchronize() {}
+  // The queue this backend runs its work on, in order, as an opaque handle (a cudaStream_t for
+  // CUDA); nullptr where work runs synchronously on the calling thread (the CPU). Code that
+  // queues its own work beside the backend's (parallel/nccl) orders itself against it.
+  virtual void* stream_handle() const { return nullptr; }
+  // Marks t's memory as also used by work queued on `stream` (a handle of this device's kind):
+  // when t's storage is freed, it is not handed out again before that work has finished
+  // (Note [stream-aware frees] in kernels/cuda/caching_allocator.h). Nothing to do where work is
+  // synchronous.
+  virtual void record_stream(const Tensor& t, void* stream) {
+    (void)t;
+    (void)stream;
+  }
   // Caching-allocator statistics and control; the CPU backend has no cache and says so.
   virtual MemoryStats memory_stats() = 0;
   virtual void empty_cache() = 0;
@@ -133,6 +177,11 @@ class Backend {
 // The backend that owns `device`'s memory and kernels; throws when there is none (for
 // example cuda:0 in a build without CUDA, or a CUDA index beyond the device count).
 Backend& backend_for(Device device);
+
+// The op layer's capability check: throws the user-facing error naming `op`, the argument,
+// its device, dtype and shape, and the dtypes that device computes in, unless t's backend
+// computes in t's dtype. Called once per op, on the argument whose dtype the op computes in.
+void check_backend_computes(const Tensor& t, const char* op, const char* arg);
 
 // Defined by kernels/cpu.
 Backend& cpu_backend();

@@ -1,9 +1,6 @@
-// The public memory calls of core/memory.h, forwarded to the device's backend, and the
-// process-wide GEMM choice of core/backend.h.
+// The public memory calls of core/memory.h, forwarded to the device's backend.
 #include "core/memory.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -37,25 +34,5 @@ Tensor pin_memory(const Tensor& x) {
   if (src.numel() > 0) std::memcpy(out.raw_data(), src.raw_data(), bytes);
   return out;
 }
-
-namespace {
-
-GemmImpl gemm_impl_from_environment() {
-  const char* v = std::getenv("MINIDL_GEMM");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "native") == 0) return GemmImpl::Native;
-  if (std::strcmp(v, "cublas") == 0) return GemmImpl::Cublas;
-  throw Error(std::string("MINIDL_GEMM='") + v + "': expected \"native\" or \"cublas\"");
-}
-
-std::atomic<GemmImpl>& gemm_setting() {
-  static std::atomic<GemmImpl> setting{gemm_impl_from_environment()};
-  return setting;
-}
-
-}  // namespace
-
-GemmImpl gemm_impl() { return gemm_setting().load(std::memory_order_relaxed); }
-void set_gemm_impl(GemmImpl impl) { gemm_setting().store(impl, std::memory_order_relaxed); }
-const char* gemm_impl_name(GemmImpl impl) { return impl == GemmImpl::Native ? "native" : "cublas"; }
 
 }  // namespace minidl

@@ -41,6 +41,7 @@
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_impl.h"
 
 namespace {
 

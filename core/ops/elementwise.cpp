@@ -15,24 +15,15 @@ namespace minidl::ops {
 
 namespace {
 
-const char* op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-  }
-  return "binary";
-}
-
 // Runs the kernel only (no autograd): shapes are broadcast, inputs passed as expanded views.
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = op_name(op);
+  const char* name = binary_op_name(op);
   check_defined(a, name, "a");
   check_defined(b, name, "b");
   check_same_device({&a, &b}, name);
   MINIDL_CHECK(a.dtype() == b.dtype(), name, ": dtypes differ (", a.dtype(), " with shape ", a.shape(), " and ",
                b.dtype(), " with shape ", b.shape(), "); convert one with .to(dtype)");
+  check_backend_computes(a, name, "a");
   const Shape out_shape = a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = empty(out_shape, a.options());
   if (out.numel() == 0) return out;
@@ -121,6 +112,7 @@ Tensor div(const Tensor& a, const Tensor& b) { return mul_or_div<DivBackward>(Bi
 Tensor relu(const Tensor& x) {
   check_defined(x, "relu", "x");
   MINIDL_CHECK(is_floating(x.dtype()), "relu: expected a floating tensor, got ", x.dtype(), " with shape ", x.shape());
+  check_backend_computes(x, "relu", "x");
   const Tensor xc = x.detach().contiguous();
   Tensor y = empty(x.shape(), x.options());
   if (y.numel() > 0) backend_for(x.device()).relu_forward(xc, y);

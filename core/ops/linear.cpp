@@ -68,6 +68,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   MINIDL_CHECK(a.shape()[1] == b.shape()[0], "matmul: inner dimensions differ: a is ", a.shape(), ", b is ", b.shape(),
                " (expected a [M, K] and b [K, N])");
   MINIDL_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", a.dtype(), " and ", b.dtype(), ")");
+  check_backend_computes(a, "matmul", "a");
   const Tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
   Tensor c = empty(Shape{a.shape()[0], b.shape()[1]}, a.options());
   if (c.numel() > 0) backend_for(a.device()).matmul(ac, bc, c, false, false);
@@ -94,6 +95,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
                  w.shape()[0], "] for weight ", w.shape());
     MINIDL_CHECK(b.dtype() == w.dtype(), "linear: bias is ", b.dtype(), " but weight is ", w.dtype());
   }
+  check_backend_computes(x, "linear", "x");
   const Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
   const Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
   Tensor y = empty(Shape{x.shape()[0], w.shape()[0]}, x.options());

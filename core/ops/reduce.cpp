@@ -51,6 +51,7 @@ Tensor attach_sum(const Tensor& x, Tensor out, const Shape& keep_shape) {
 
 Tensor sum(const Tensor& x) {
   check_defined(x, "sum", "x");
+  check_backend_computes(x, "sum", "x");
   Tensor flat = x.detach().contiguous();
   flat = make_view(flat, Shape{x.numel()}, Shape{1}, flat.offset());
   Tensor out = sum_kernel(flat, 0, Shape{1});
@@ -60,6 +61,7 @@ Tensor sum(const Tensor& x) {
 
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
   check_defined(x, "sum", "x");
+  check_backend_computes(x, "sum", "x");
   const int d = wrap_dim(dim, x.dim(), "sum");
   Shape keep_shape = x.shape();
   keep_shape[d] = 1;
@@ -100,6 +102,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 Tensor argmax(const Tensor& x, int64_t dim) {
   check_defined(x, "argmax", "x");
   MINIDL_CHECK(x.dim() >= 1, "argmax: expected at least one dim, got a scalar");
+  check_backend_computes(x, "argmax", "x");
   const int d = wrap_dim(dim, x.dim(), "argmax");
   MINIDL_CHECK(x.shape()[d] > 0, "argmax: dim ", d, " of shape ", x.shape(), " is empty");
   // Move dim d to the end, keeping the others in order (adjacent swaps), so rows are contiguous.

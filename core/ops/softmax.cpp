@@ -48,6 +48,7 @@ Tensor softmax_family(const Tensor& x, int64_t dim, bool log) {
   check_defined(x, name, "x");
   MINIDL_CHECK(is_floating(x.dtype()), name, ": expected a floating tensor, got ", x.dtype(), " with shape ", x.shape());
   MINIDL_CHECK(x.dim() >= 1, name, ": expected at least one dim, got a scalar");
+  check_backend_computes(x, name, "x");
   const int d = wrap_dim(dim, x.dim(), name);
   // Differentiable rearrangement; the kernel runs on the [rows, cols] matrix.
   Tensor rows = as_rows(x, d);
@@ -123,12 +124,14 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   MINIDL_CHECK(n > 0, op, ": empty batch (logits ", logits.shape(), "); the loss of zero samples is undefined");
   MINIDL_CHECK(c > 0, op, ": logits ", logits.shape(), " have no classes");
+  check_backend_computes(logits, op, "logits");
   Backend& be = backend_for(logits.device());
   const Tensor lc = logits.detach().contiguous(), tc = targets.contiguous();
-  if (auto bad = be.find_invalid_target(tc, c)) {
-    throw Error(detail::make_message(op, ": target ", bad->second, " at row ", bad->first, " is out of range [0, ", c,
-                                     ") for logits ", logits.shape()));
-  }
+  // Note [deferred target errors] in docs/cuda.md: on a GPU this error may come at the next host wait.
+  be.check_targets(tc, c, [op, c, shape = logits.shape()](int64_t row, int64_t value) {
+    return detail::make_message(op, ": target ", value, " at row ", row, " is out of range [0, ", c, ") for logits ",
+                                shape);
+  });
   const bool needs_grad = autograd::any_requires_grad({&logits});
   const bool fused = needs_grad && grad_mode == CrossEntropyGrad::Fused;
   Tensor losses = empty(Shape{n}, logits.options());

@@ -62,6 +62,8 @@ void parallel_rows(int64_t rows, int64_t work, F&& f) {
 class CpuBackend final : public Backend {
  public:
   Allocator& allocator() override { return cpu_allocator(); }
+  // Every dtype: float32 and float64 throughout, int64 wherever an op accepts it (binary, sum, argmax).
+  bool computes_in(DType) const override { return true; }
 
   void copy(const Tensor& src, Tensor& dst) override;
   void strided_copy(const Tensor& src, Tensor& dst) override;

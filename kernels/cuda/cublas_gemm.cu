@@ -1,4 +1,4 @@
-// The cuBLAS baseline of the CUDA GEMM: the same row-major problem as gemm.cu (gemm.cuh,
+// The cuBLAS baseline of the CUDA GEMM: the same row-major problem as gemm.cu (gemm.h,
 // GemmProblem) through cublasSgemm in plain fp32, then bias and ReLU in a small epilogue kernel.
 //
 // Note [row-major through column-major cuBLAS]
@@ -17,14 +17,14 @@
 // bias_activation: C[i, j] = act((accumulate ? C[i, j] : 0) + bias[j]) over [m, n] with row
 // stride ldc. Blocks of 32×8 threads: x runs along a row (coalesced), y over rows; both loops
 // grid-stride so any m, n fit the grid limits.
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
 
 #include <algorithm>
 #include <climits>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
 
@@ -67,8 +67,7 @@ void bias_activation(float* c, int64_t m, int64_t n, int64_t ldc, const float* b
 }
 
 void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stream) {
-  MINIDL_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1, "cublas_sgemm: M, N, K must be >= 1 (got ", p.m, ", ", p.n, ", ",
-               p.k, "); empty products are handled by the caller");
+  MINIDL_INTERNAL_ASSERT(p.m >= 1 && p.n >= 1 && p.k >= 1, "M, N, K = ", p.m, ", ", p.n, ", ", p.k);  // run_gemm
   MINIDL_CHECK(p.m <= kMaxGemmDim && p.n <= kMaxGemmDim && p.k <= kMaxGemmDim && p.lda <= INT_MAX &&
                    p.ldb <= INT_MAX && p.ldc <= INT_MAX,
                "cublas_sgemm: M, N, K = ", p.m, ", ", p.n, ", ", p.k, " and leading dimensions ", p.lda, ", ", p.ldb,

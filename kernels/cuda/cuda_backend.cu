@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pinned_allocator.h"
+#include "kernels/cuda/stream_event.h"
 
 namespace minidl::cuda {
 
@@ -40,26 +41,9 @@ class CudaMemorySource final : public DeviceMemorySource {
     QuietDeviceGuard guard(device_);
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) free_bytes = total_bytes = 0;
   }
-  uint64_t record_event(void* stream) override {
-    DeviceGuard guard(device_);
-    cudaEvent_t e = nullptr;
-    MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    MINIDL_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(stream)));
-    return reinterpret_cast<uint64_t>(e);
-  }
-  bool event_completed(uint64_t event) override {
-    DeviceGuard guard(device_);
-    const cudaError_t status = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
-    if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    MINIDL_CUDA_CHECK(status);
-    return true;
-  }
-  void destroy_event(uint64_t event) noexcept override {
-    (void)cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event));
-  }
+  uint64_t record_event(void* stream) override { return record_stream_event(stream); }
+  bool event_completed(uint64_t event) override { return stream_event_completed(event); }
+  void destroy_event(uint64_t event) noexcept override { destroy_stream_event(event); }
 
  private:
   int device_;
@@ -111,6 +95,28 @@ cublasHandle_t CudaBackend::cublas() {
 void CudaBackend::synchronize() {
   DeviceGuard guard(device_);
   MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  raise_deferred_errors();
+}
+
+void CudaBackend::raise_deferred_errors() {
+  std::vector<TargetErrorMessage> messages;
+  std::vector<unsigned long long> slots;
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);  // no check takes a slot while they are read
+    if (deferred_messages_.empty()) return;
+    messages.swap(deferred_messages_);
+    slots.resize(2 * messages.size());
+    DeviceGuard guard(device_);
+    // On the stream, behind every check that wrote these slots; the caller has just waited for
+    // the stream, so this wait is only for the copy itself.
+    MINIDL_CUDA_CHECK(cudaMemcpyAsync(slots.data(), deferred_slots_, slots.size() * sizeof(unsigned long long),
+                                      cudaMemcpyDeviceToHost, stream_));
+    MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (slots[2 * i] == ~0ULL) continue;  // all bits set: no bad row
+    throw Error(messages[i](static_cast<int64_t>(slots[2 * i]), static_cast<int64_t>(slots[2 * i + 1])));
+  }
 }
 
 MemoryStats CudaBackend::memory_stats() { return allocator_->stats(); }
@@ -122,14 +128,14 @@ void CudaBackend::empty_cache() {
 
 void CudaBackend::reset_peak_memory_stats() { allocator_->reset_peak(); }
 
-CudaBackend& backend_of(const Tensor& t) {
-  MINIDL_CHECK(t.device().is_cuda(), "cuda backend: expected a tensor on a CUDA device, got ", t.device());
-  return static_cast<CudaBackend&>(backend_for(t.device()));
+void CudaBackend::record_stream(const Tensor& t, void* stream) {
+  MINIDL_INTERNAL_ASSERT(t.device() == device(), "record_stream: a tensor on ", t.device(), " given to ", device());
+  allocator_->record_stream(t.storage().data(), stream);
 }
 
-void require_float32(const Tensor& t, const char* op, const char* what) {
-  MINIDL_CHECK(t.dtype() == DType::Float32, op, ": ", what, " is ", t.dtype(), " with shape ", t.shape(), " on ",
-               t.device(), "; CUDA kernels compute in float32 (float64 lives on the CPU)");
+CudaBackend& backend_of(const Tensor& t) {
+  MINIDL_INTERNAL_ASSERT(t.device().is_cuda(), "backend_of: a tensor on ", t.device());
+  return static_cast<CudaBackend&>(backend_for(t.device()));
 }
 
 }  // namespace minidl::cuda

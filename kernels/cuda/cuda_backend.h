@@ -1,27 +1,36 @@
 // CudaBackend: the Backend of one CUDA device (kernels/cuda implements core/backend.h).
 // Each device has one compute stream on which every kernel, copy and cuBLAS call of that
 // device is queued in order; the host only waits where it must read a result (a copy to the
-// CPU, item(), a target check). Methods are defined by family, one .cu file each:
-//   cuda_backend.cu  registry, streams, allocator statistics, synchronize
+// CPU, item(), synchronize()); errors the device finds in the targets of a loss are raised
+// there too (Note [deferred target errors], cross_entropy.cu). Methods are defined by family,
+// one .cu file each:
+//   cuda_backend.cu  registry, streams, allocator statistics, synchronize, deferred errors
+//   stream_event.cu  the events of the caching allocators' stream-aware frees
 //   memory.cu        copies (host <-> device, device <-> device), strided copy, cast, fill, arange, gather
 //   random.cu        uniform / normal / randint from the Philox counters of core/philox.h
 //   elementwise.cu   binary ops with broadcasting, ReLU forward/backward, equal
 //   reduce.cu        sum over a dim (fixed order, no atomics), argmax of rows
 //   gemm.cu          the hand-written tiled SGEMM with fused bias / ReLU epilogue
 //   cublas_gemm.cu   the same products through cuBLAS (the baseline)
-//   linear.cu        matmul, linear forward/backward: picks native or cuBLAS (core gemm_impl())
-//   softmax.cu       log_softmax / softmax, fused softmax-cross-entropy (forward, backward, both)
+//   linear.cu        matmul, linear forward/backward: picks native or cuBLAS (gemm_impl.h)
+//   softmax.cu       log_softmax / softmax forward and backward, on the row engine (row_engine.cuh)
+//   cross_entropy.cu softmax-cross-entropy (forward, backward, fused) and the target check
 //   optimizer.cu     fused SGD and Adam/AdamW updates
-// Only float32 (and int64 for labels and indices) lives on a CUDA device.
+// Only float32 (and int64 for labels and indices) lives on a CUDA device, and the compute
+// methods run in float32 alone (computes_in); the op layer asks before it calls, so the
+// methods restate their dtype and shape assumptions as MINIDL_INTERNAL_ASSERTs (core/backend.h).
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <mutex>
+#include <vector>
 
 #include "core/backend.h"
 #include "kernels/cuda/caching_allocator.h"
+#include "kernels/cuda/device_guard.h"
 
 namespace minidl::cuda {
 
@@ -40,6 +49,7 @@ class CudaBackend final : public Backend {
   CachingAllocator& caching_allocator() { return *allocator_; }
 
   Allocator& allocator() override { return *allocator_; }
+  bool computes_in(DType dtype) const override { return dtype == DType::Float32; }
 
   void copy(const Tensor& src, Tensor& dst) override;
   void strided_copy(const Tensor& src, Tensor& dst) override;
@@ -70,6 +80,7 @@ class CudaBackend final : public Backend {
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
   std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes) override;
+  void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) override;
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override;
   void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
                                    Tensor& dlogits) override;
@@ -81,6 +92,12 @@ class CudaBackend final : public Backend {
                  const AdamConfig& cfg) override;
 
   void synchronize() override;
+  void* stream_handle() const override { return stream_; }
+  // Throws the first error check_targets recorded on the device since the last call, if any,
+  // and forgets them all (Note [deferred target errors], cross_entropy.cu). Call it only after
+  // the stream has been synchronised: synchronize() and copies to the host do.
+  void raise_deferred_errors();
+  void record_stream(const Tensor& t, void* stream) override;
   MemoryStats memory_stats() override;
   void empty_cache() override;
   void reset_peak_memory_stats() override;
@@ -92,44 +109,28 @@ class CudaBackend final : public Backend {
   std::once_flag cublas_once_;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CachingAllocator> allocator_;
-};
-
-// Makes `device` current on this host thread for a scope and restores the previous device.
-// Every backend method opens one: a host thread (a DataParallel worker, say) may drive
-// several devices.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
-// DeviceGuard for destructors and noexcept paths: never throws; when the device cannot be set
-// (a sticky error), the calls that follow fail on their own and report it.
-class QuietDeviceGuard {
- public:
-  explicit QuietDeviceGuard(int device) noexcept {
-    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device || cudaSetDevice(device) != cudaSuccess)
-      previous_ = -1;
-  }
-  ~QuietDeviceGuard() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
-  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
+  // Note [deferred target errors]: kMaxDeferredChecks slots of {first bad row, its value} in
+  // device memory (cudaMalloc'd once, outside the caching allocator's statistics), and the
+  // messages of the checks that use them, in call order.
+  static constexpr int kMaxDeferredChecks = 1024;
+  std::mutex deferred_mutex_;
+  unsigned long long* deferred_slots_ = nullptr;  // [kMaxDeferredChecks, 2]
+  std::vector<TargetErrorMessage> deferred_messages_;
 };
 
 // The backend owning t's memory (t must be on a CUDA device).
 CudaBackend& backend_of(const Tensor& t);
 
-// Throws unless t is float32 (what CUDA kernels compute in); `op` names the caller.
-void require_float32(const Tensor& t, const char* op, const char* what);
+// For the methods' MINIDL_INTERNAL_ASSERTs: every defined tensor given is float32, or contiguous.
+inline bool all_float32(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined() && t->dtype() != DType::Float32) return false;
+  return true;
+}
+inline bool all_contiguous(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined() && !t->is_contiguous()) return false;
+  return true;
+}
 
 }  // namespace minidl::cuda

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
 
@@ -196,16 +196,6 @@ __global__ void __launch_bounds__(kMapThreads)
 
 // ---- host helpers ----
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-  }
-  return "binary";
-}
-
 // Blocks of map_kernel<kInputs, F> that fit on one multiprocessor at once (registers decide).
 // The grid-stride grid is one such wave: a second, partial wave would run the last share of
 // the work at a fraction of the occupancy.
@@ -318,16 +308,11 @@ void binary_typed(const CudaBackend& be, const Tensor& a, const Tensor& b, Tenso
 // ---- launchers ----
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  DeviceGuard guard(device_index());
-  const char* name = binary_name(op);
-  require_float32(a, name, "a");
-  require_float32(b, name, "b");
-  require_float32(out, name, "out");
-  MINIDL_CHECK(out.is_contiguous(), name, ": the output must be contiguous, got shape ", out.shape(), " with strides ",
-               out.strides());
-  MINIDL_CHECK(a.shape() == out.shape() && b.shape() == out.shape(), name, ": inputs ", a.shape(), " and ", b.shape(),
-               " must already be expanded to the output shape ", out.shape());
+  MINIDL_INTERNAL_ASSERT(all_float32({&a, &b, &out}) && out.is_contiguous(), binary_op_name(op));
+  MINIDL_INTERNAL_ASSERT(a.shape() == out.shape() && b.shape() == out.shape(), binary_op_name(op), ": ", a.shape(),
+                         " and ", b.shape(), " not expanded to ", out.shape());
   if (out.numel() == 0) return;
+  DeviceGuard guard(device_index());
   switch (op) {
     case BinaryOp::Add: binary_typed<BinaryOp::Add>(*this, a, b, out); break;
     case BinaryOp::Sub: binary_typed<BinaryOp::Sub>(*this, a, b, out); break;
@@ -337,32 +322,29 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
 }
 
 void CudaBackend::relu_forward(const Tensor& x, Tensor& y) {
-  DeviceGuard guard(device_index());
-  require_float32(x, "relu_forward", "x");
-  require_float32(y, "relu_forward", "y");
+  MINIDL_INTERNAL_ASSERT(all_float32({&x, &y}) && all_contiguous({&x, &y}) && x.numel() == y.numel());
   const int64_t n = x.numel();
   if (n == 0) return;
+  DeviceGuard guard(device_index());
   launch_map<1>(*this, ReluFn{}, y.data<float>(), x.data<float>(), nullptr, n);
 }
 
 void CudaBackend::relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
-  DeviceGuard guard(device_index());
-  require_float32(dy, "relu_backward", "dy");
-  require_float32(y, "relu_backward", "y");
-  require_float32(dx, "relu_backward", "dx");
+  MINIDL_INTERNAL_ASSERT(all_float32({&dy, &y, &dx}) && all_contiguous({&dy, &y, &dx}));
+  MINIDL_INTERNAL_ASSERT(dy.numel() == y.numel() && dx.numel() == y.numel());
   const int64_t n = y.numel();
   if (n == 0) return;
+  DeviceGuard guard(device_index());
   launch_map<2>(*this, ReluGradFn{}, dx.data<float>(), dy.data<float>(), y.data<float>(), n);
 }
 
 void CudaBackend::equal(const Tensor& a, const Tensor& b, Tensor& out) {
-  DeviceGuard guard(device_index());
-  MINIDL_CHECK(a.dtype() == b.dtype(), "eq: dtypes differ (", a.dtype(), " and ", b.dtype(), ")");
-  MINIDL_CHECK(a.dtype() == DType::Float32 || a.dtype() == DType::Int64, "eq: CUDA compares float32 or int64, got ",
-               a.dtype(), " with shape ", a.shape(), " on ", a.device());
-  require_float32(out, "eq", "out");
+  // a and b: float32 or int64, the dtypes a CUDA tensor can have (core's empty() refuses float64).
+  MINIDL_INTERNAL_ASSERT(a.dtype() == b.dtype() && (a.dtype() == DType::Float32 || a.dtype() == DType::Int64));
+  MINIDL_INTERNAL_ASSERT(out.dtype() == DType::Float32 && all_contiguous({&a, &b, &out}));
   const int64_t n = out.numel();
   if (n == 0) return;
+  DeviceGuard guard(device_index());
   const unsigned blocks = grid_for(n, kMapThreads, multiprocessor_count());
   if (a.dtype() == DType::Float32) {
     equal_kernel<float><<<blocks, kMapThreads, 0, stream()>>>(a.data<float>(), b.data<float>(), out.data<float>(), n);

@@ -1,7 +1,7 @@
 // The hand-written SGEMM of the CUDA backend, with the bias and ReLU fused into its epilogue.
 //
 // Math:   C[M, N] = act(op(A) · op(B) + bias),  C[i, j] = act(Σ_p op(A)[i, p] · op(B)[p, j] + bias[j])
-// Shapes: row-major float32 with leading dimensions (gemm.cuh, GemmProblem): A is [M, K] or,
+// Shapes: row-major float32 with leading dimensions (gemm.h, GemmProblem): A is [M, K] or,
 //         transposed, [K, M]; B is [K, N] or [N, K]; bias [N] or none; any M, N, K >= 1.
 //
 // Strategy (one thread block per BM×BN tile of C, 1-D grid, M tiles fastest):
@@ -40,14 +40,14 @@
 //
 // Determinism: every output (or partial) is one thread's sequential sum over k in a fixed order,
 // and the split count depends only on the shape and the device's multiprocessor count.
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
 
 #include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
 
@@ -373,14 +373,12 @@ const char* gemm_tile_name(GemmTile tile) {
 }
 
 void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream) {
-  MINIDL_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1, "native_sgemm: M, N, K must be >= 1 (got ", p.m, ", ", p.n, ", ",
-               p.k, "); empty products are handled by the caller");
+  // The caller (linear.cu's run_gemm) handles empty products and derives the leading dimensions.
+  MINIDL_INTERNAL_ASSERT(p.m >= 1 && p.n >= 1 && p.k >= 1, "M, N, K = ", p.m, ", ", p.n, ", ", p.k);
+  MINIDL_INTERNAL_ASSERT(p.lda >= (p.trans_a ? p.m : p.k) && p.ldb >= (p.trans_b ? p.k : p.n) && p.ldc >= p.n,
+                         "lda, ldb, ldc = ", p.lda, ", ", p.ldb, ", ", p.ldc);
   MINIDL_CHECK(p.m <= kMaxGemmDim && p.n <= kMaxGemmDim && p.k <= kMaxGemmDim, "native_sgemm: M, N, K = ", p.m,
                ", ", p.n, ", ", p.k, " exceed the supported ", kMaxGemmDim, " per dimension");
-  MINIDL_CHECK(p.lda >= (p.trans_a ? p.m : p.k) && p.ldb >= (p.trans_b ? p.k : p.n) && p.ldc >= p.n,
-               "native_sgemm: leading dimensions lda, ldb, ldc = ", p.lda, ", ", p.ldb, ", ", p.ldc,
-               " are shorter than the stored rows of A, B, C (M, N, K = ", p.m, ", ", p.n, ", ", p.k,
-               ", trans_a = ", p.trans_a, ", trans_b = ", p.trans_b, ")");
   SgemmArgs args;
   args.a = p.a;
   args.b = p.b;
@@ -399,8 +397,7 @@ void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStre
   const NativeGemmPlan plan = native_gemm_plan(p.m, p.n, p.k, sm_count);
   args.k_split = static_cast<int>(plan.k_split);
   if (plan.splits > 1) {  // slices write partials [splits, M, N]; bias and ReLU wait for their sum
-    MINIDL_CHECK(workspace != nullptr, "native_sgemm: ", p.m, "x", p.n, "x", p.k, " splits K ", plan.splits,
-                 " ways and needs a workspace of ", plan.workspace_floats(), " floats");
+    MINIDL_INTERNAL_ASSERT(workspace != nullptr, p.m, "x", p.n, "x", p.k, " splits K ", plan.splits, " ways");
     args.c = workspace;
     args.ldc = p.n;
     args.bias = nullptr;

@@ -1,7 +1,7 @@
 // matmul and linear forward/backward of the CUDA backend: every product is one GemmProblem
-// (gemm.cuh) run by the hand-written kernel (gemm.cu, with a workspace when it splits K) or by
-// cuBLAS (cublas_gemm.cu), as minidl::gemm_impl() says at the time of the call. Transposes are
-// flags, never copies.
+// (gemm.h) run by the hand-written kernel (gemm.cu, with a workspace when it splits K) or by
+// cuBLAS (cublas_gemm.cu), as minidl::gemm_impl() (gemm_impl.h) says at the time of the call.
+// Transposes are flags, never copies.
 //
 //   matmul:   C[M, N] = op(A) · op(B)
 //   forward:  y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M])   — B = W read transposed, bias/ReLU fused
@@ -20,10 +20,12 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <algorithm>
+#include <initializer_list>
 
 namespace minidl::cuda {
 
@@ -113,9 +115,11 @@ void column_sum(CudaBackend& be, const Tensor& dy, Tensor& out) {
   }
 }
 
-void require_matrix(const Tensor& t, const char* op, const char* what) {
-  require_float32(t, op, what);
-  MINIDL_CHECK(t.dim() == 2, op, ": ", what, " must be 2-D, got shape ", t.shape());
+// For the asserts: every defined tensor given is a contiguous float32 matrix.
+inline bool float32_matrices(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined() && t->dim() != 2) return false;
+  return all_float32(tensors) && all_contiguous(tensors);
 }
 
 }  // namespace
@@ -123,10 +127,8 @@ void require_matrix(const Tensor& t, const char* op, const char* what) {
 // ---- launchers ----
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) {
+  MINIDL_INTERNAL_ASSERT(float32_matrices({&a, &b, &c}));
   DeviceGuard guard(device_index());
-  require_matrix(a, "matmul", "a");
-  require_matrix(b, "matmul", "b");
-  require_matrix(c, "matmul", "the output");
   GemmProblem p;
   p.m = c.shape()[0];
   p.n = c.shape()[1];
@@ -143,11 +145,8 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans
 }
 
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) {
+  MINIDL_INTERNAL_ASSERT(float32_matrices({&x, &w, &y}) && all_float32({&bias}) && all_contiguous({&bias}));
   DeviceGuard guard(device_index());
-  require_matrix(x, "linear_forward", "x");
-  require_matrix(w, "linear_forward", "weight");
-  require_matrix(y, "linear_forward", "the output");
-  if (bias.defined()) require_float32(bias, "linear_forward", "bias");
   GemmProblem p;
   p.m = x.shape()[0];  // batch
   p.k = x.shape()[1];  // in features
@@ -166,13 +165,10 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
 
 void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                   Tensor& db) {
+  MINIDL_INTERNAL_ASSERT(float32_matrices({&dy, &x, &w, &dx, &dw}) && all_float32({&db}) && all_contiguous({&db}));
   DeviceGuard guard(device_index());
-  require_matrix(dy, "linear_backward", "dy");
-  require_matrix(x, "linear_backward", "x");
-  require_matrix(w, "linear_backward", "weight");
   const int64_t batch = dy.shape()[0], out_features = dy.shape()[1], in_features = x.shape()[1];
   if (dx.defined()) {  // dx[batch, in] = dy[batch, out] · W[out, in]
-    require_float32(dx, "linear_backward", "dx");
     GemmProblem p;
     p.m = batch;
     p.n = in_features;
@@ -186,7 +182,6 @@ void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tenso
     run_gemm(*this, p);
   }
   if (dw.defined()) {  // dW[out, in] = dy[batch, out]ᵀ · x[batch, in]
-    require_float32(dw, "linear_backward", "dW");
     GemmProblem p;
     p.m = out_features;
     p.n = in_features;
@@ -201,7 +196,6 @@ void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tenso
     run_gemm(*this, p);
   }
   if (db.defined()) {  // db[out] = Σ_rows dy
-    require_float32(db, "linear_backward", "db");
     column_sum(*this, dy, db);
   }
 }

@@ -18,7 +18,7 @@
 #include "core/memory.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pinned_allocator.h"
 
 namespace minidl::cuda {
@@ -91,10 +91,8 @@ __global__ void gather_rows_kernel(const Word* __restrict__ src, const int64_t* 
 
 size_t element_bytes(const Tensor& t) { return dtype_size(t.dtype()); }
 
-void require_cuda_dtype(const Tensor& t, const char* op) {
-  MINIDL_CHECK(t.dtype() == DType::Float32 || t.dtype() == DType::Int64, op, ": a ", t.dtype(), " tensor of shape ",
-               t.shape(), " on ", t.device(), "; CUDA tensors are float32 or int64 (float64 lives on the CPU)");
-}
+// For the asserts: a dtype a CUDA tensor can have (core's empty() refuses float64 on a device).
+inline bool cuda_dtype(const Tensor& t) { return t.dtype() == DType::Float32 || t.dtype() == DType::Int64; }
 
 template <typename F>
 void with_word(size_t bytes, F&& f) {
@@ -107,6 +105,8 @@ void with_word(size_t bytes, F&& f) {
 // ---- launchers ----
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  MINIDL_INTERNAL_ASSERT(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() &&
+                         dst.is_contiguous());
   const size_t bytes = static_cast<size_t>(src.numel()) * element_bytes(src);
   if (bytes == 0) return;
   const Device from = src.device(), to = dst.device();
@@ -122,9 +122,11 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     DeviceGuard guard(be.device_index());
     MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyDeviceToHost, be.stream()));
     MINIDL_CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+    be.raise_deferred_errors();  // a host wait: Note [deferred target errors] (cross_entropy.cu)
     return;
   }
-  MINIDL_CHECK(from.is_cuda() && to.is_cuda(), "copy: cannot copy from ", from, " to ", to, " in the CUDA backend");
+  // ops::to drives a copy through the backend of its non-CPU side: CPU <-> this device, or device <-> device.
+  MINIDL_INTERNAL_ASSERT(from.is_cuda() && to.is_cuda(), "copy from ", from, " to ", to);
   CudaBackend& dst_be = backend_of(dst);
   if (from == to) {
     DeviceGuard guard(dst_be.device_index());
@@ -152,7 +154,7 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 }
 
 void CudaBackend::strided_copy(const Tensor& src, Tensor& dst) {
-  require_cuda_dtype(src, "strided_copy");
+  MINIDL_INTERNAL_ASSERT(cuda_dtype(src) && src.dtype() == dst.dtype() && src.shape() == dst.shape());
   const int64_t n = src.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -173,8 +175,7 @@ void CudaBackend::strided_copy(const Tensor& src, Tensor& dst) {
 }
 
 void CudaBackend::cast(const Tensor& src, Tensor& dst) {
-  require_cuda_dtype(src, "cast");
-  require_cuda_dtype(dst, "cast");
+  MINIDL_INTERNAL_ASSERT(cuda_dtype(src) && cuda_dtype(dst) && src.numel() == dst.numel());
   const int64_t n = src.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -192,7 +193,7 @@ void CudaBackend::cast(const Tensor& src, Tensor& dst) {
 }
 
 void CudaBackend::fill(Tensor& dst, double value) {
-  require_cuda_dtype(dst, "fill");
+  MINIDL_INTERNAL_ASSERT(cuda_dtype(dst) && dst.is_contiguous());
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -207,7 +208,7 @@ void CudaBackend::fill(Tensor& dst, double value) {
 }
 
 void CudaBackend::arange(Tensor& dst, double start, double step) {
-  require_cuda_dtype(dst, "arange");
+  MINIDL_INTERNAL_ASSERT(cuda_dtype(dst) && dst.is_contiguous());
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -222,7 +223,7 @@ void CudaBackend::arange(Tensor& dst, double start, double step) {
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const Tensor& indices, Tensor& out) {
-  require_cuda_dtype(src, "gather_rows");
+  MINIDL_INTERNAL_ASSERT(cuda_dtype(src) && src.dtype() == out.dtype() && indices.dtype() == DType::Int64);
   const int64_t rows = out.dim() == 0 ? 0 : out.shape()[0];
   const int64_t width = rows == 0 ? 0 : out.numel() / rows;
   if (rows == 0 || width == 0) return;

@@ -9,7 +9,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
 
@@ -64,7 +64,9 @@ __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g, 
 // ---- launchers ----
 
 void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) {
-  require_float32(param, "sgd_step", "the parameter");
+  // The optimizer's checks: a floating parameter (float32 on a device), its gradient alike.
+  MINIDL_INTERNAL_ASSERT(all_float32({&param, &grad, &momentum_buffer}) &&
+                         all_contiguous({&param, &grad, &momentum_buffer}) && grad.numel() == param.numel());
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -83,7 +85,8 @@ void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_b
 
 void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                             const AdamConfig& cfg) {
-  require_float32(param, "adam_step", "the parameter");
+  MINIDL_INTERNAL_ASSERT(all_float32({&param, &grad, &exp_avg, &exp_avg_sq}) &&
+                         all_contiguous({&param, &grad, &exp_avg, &exp_avg_sq}) && grad.numel() == param.numel());
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);

@@ -4,8 +4,8 @@
 
 #include <unistd.h>
 
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/stream_event.h"
 
 namespace minidl::cuda {
 
@@ -30,28 +30,9 @@ class PinnedMemorySource final : public DeviceMemorySource {
     free_bytes = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(page);
     total_bytes = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(page);
   }
-  uint64_t record_event(void* stream) override {
-    const auto s = static_cast<cudaStream_t>(stream);
-    int device = 0;
-    MINIDL_CUDA_CHECK(cudaStreamGetDevice(s, &device));
-    DeviceGuard guard(device);
-    cudaEvent_t e = nullptr;
-    MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    MINIDL_CUDA_CHECK(cudaEventRecord(e, s));
-    return reinterpret_cast<uint64_t>(e);
-  }
-  bool event_completed(uint64_t event) override {
-    const cudaError_t status = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
-    if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    MINIDL_CUDA_CHECK(status);
-    return true;
-  }
-  void destroy_event(uint64_t event) noexcept override {
-    (void)cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event));
-  }
+  uint64_t record_event(void* stream) override { return record_stream_event(stream); }
+  bool event_completed(uint64_t event) override { return stream_event_completed(event); }
+  void destroy_event(uint64_t event) noexcept override { destroy_stream_event(event); }
 };
 
 }  // namespace

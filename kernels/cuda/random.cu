@@ -10,7 +10,7 @@
 #include "core/philox.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
 
@@ -58,7 +58,7 @@ __global__ void randint_kernel(int64_t* __restrict__ dst, int64_t n, int64_t low
 // ---- launchers ----
 
 void CudaBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) {
-  require_float32(dst, "uniform", "the output");
+  MINIDL_INTERNAL_ASSERT(dst.dtype() == DType::Float32 && dst.is_contiguous());  // uniform() asks for a floating dtype
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -68,7 +68,7 @@ void CudaBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, u
 }
 
 void CudaBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) {
-  require_float32(dst, "normal", "the output");
+  MINIDL_INTERNAL_ASSERT(dst.dtype() == DType::Float32 && dst.is_contiguous());  // randn() asks for a floating dtype
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -78,7 +78,7 @@ void CudaBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed,
 }
 
 void CudaBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
-  MINIDL_CHECK(dst.dtype() == DType::Int64, "randint: CUDA draws int64, got ", dst.dtype());
+  MINIDL_INTERNAL_ASSERT(dst.dtype() == DType::Int64 && dst.is_contiguous());  // randint() draws int64, then casts
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);

@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
 
@@ -257,11 +257,10 @@ void plan_splits(int64_t n, int64_t wanted, int64_t min_chunk, int64_t& chunk, i
 // ---- launchers ----
 
 void CudaBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
+  MINIDL_INTERNAL_ASSERT(all_float32({&x, &out}) && all_contiguous({&x, &out}));
+  MINIDL_INTERNAL_ASSERT(outer * n * inner == x.numel() && outer * inner == out.numel(), "x ", x.shape(),
+                         " viewed as [", outer, ", ", n, ", ", inner, "], out ", out.shape());
   DeviceGuard guard(device_index());
-  require_float32(x, "sum", "x");
-  require_float32(out, "sum", "out");
-  MINIDL_CHECK(outer * n * inner == x.numel() && outer * inner == out.numel(), "sum: x ", x.shape(), " viewed as [",
-               outer, ", ", n, ", ", inner, "] does not match out ", out.shape());
   if (out.numel() == 0) return;
   float* po = out.data<float>();
   if (n == 0) {  // an empty sum is 0 (all-zero bytes are +0.0f)
@@ -305,14 +304,12 @@ void CudaBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inn
 }
 
 void CudaBackend::argmax_rows(const Tensor& x, Tensor& out) {
-  DeviceGuard guard(device_index());
-  require_float32(x, "argmax", "x");
-  MINIDL_CHECK(out.dtype() == DType::Int64, "argmax: the output must be int64, got ", out.dtype());
-  MINIDL_CHECK(x.dim() == 2 && out.numel() == x.shape()[0], "argmax: x must be [rows, cols] with out [rows], got ",
-               x.shape(), " and ", out.shape());
+  MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32 && out.dtype() == DType::Int64 && all_contiguous({&x, &out}));
+  MINIDL_INTERNAL_ASSERT(x.dim() == 2 && out.numel() == x.shape()[0] && x.shape()[1] > 0, "x ", x.shape(), ", out ",
+                         out.shape());
   const int64_t rows = x.shape()[0], cols = x.shape()[1];
   if (rows == 0) return;
-  MINIDL_CHECK(cols > 0, "argmax: rows of x ", x.shape(), " are empty");
+  DeviceGuard guard(device_index());
   if (cols <= kWarpRowMax) {
     const int64_t blocks = min64(ceil_div(rows, kRowsPerWarpBlock), std::numeric_limits<int32_t>::max());
     argmax_warp_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(x.data<float>(), out.data<int64_t>(),

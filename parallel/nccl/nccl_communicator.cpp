@@ -10,8 +10,9 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "core/backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_guard.h"
 
 namespace minidl::parallel {
 namespace {
@@ -94,7 +95,7 @@ struct NcclState {
   std::vector<Device> devices;
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> comm_streams;
-  std::vector<cudaStream_t> compute_streams;  // the devices' own (CudaBackend::stream())
+  std::vector<cudaStream_t> compute_streams;  // the devices' own (Backend::stream_handle())
   std::mutex mutex;                            // one launch at a time; guards failure
   std::string failure;                         // set once the communicators were aborted
 
@@ -220,7 +221,7 @@ class NcclCommunicator final : public Communicator {
     for (const Device& d : devices) {
       cuda::DeviceGuard guard(d.index);
       state_->comm_streams.push_back(acquire_comm_stream(d.index));
-      state_->compute_streams.push_back(static_cast<cuda::CudaBackend&>(backend_for(d)).stream());
+      state_->compute_streams.push_back(static_cast<cudaStream_t>(backend_for(d).stream_handle()));
     }
   }
 
@@ -289,7 +290,7 @@ class NcclCommunicator final : public Communicator {
         MINIDL_CUDA_CHECK(cudaStreamWaitEvent(state_->comm_streams[i], done[i], 0));
         for (const DeviceTensors& g : groups)
           if (g[i].numel() > 0)
-            cuda::backend_of(g[i]).caching_allocator().record_stream(g[i].storage().data(), state_->comm_streams[i]);
+            backend_for(g[i].device()).record_stream(g[i], state_->comm_streams[i]);
       }
       if constexpr (!std::is_same_v<Call, std::nullptr_t>) {
         MINIDL_NCCL_CHECK(nullptr, ncclGroupStart());

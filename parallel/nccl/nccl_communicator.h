@@ -12,9 +12,9 @@
 // The NCCL calls of every device (and of every group) are issued by one host thread between
 // ncclGroupStart and ncclGroupEnd, so all ranks see the collectives in the same order. wait()
 // only makes compute_i wait for done_i: the host does not block, and later kernels that read
-// the results are queued behind the collective. The memory of each tensor is marked with the
-// caching allocator's record_stream(comm_i), so a tensor freed before the collective finished
-// is not handed out again until comm_i is past it (Note [stream-aware frees]).
+// the results are queued behind the collective. The memory of each tensor is marked with
+// Backend::record_stream(t, comm_i), so a tensor freed before the collective finished is not
+// handed out again until comm_i is past it (Note [stream-aware frees]).
 //
 // Note [NCCL errors]: every NCCL return code is checked (MINIDL_NCCL_CHECK, with NCCL's own
 // last-error text). A failure NCCL finds while a collective runs (a peer that died, a network

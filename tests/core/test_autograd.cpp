@@ -136,3 +136,15 @@ TEST_CASE("queue_callback outside a backward pass is a clear error, and a throwi
   // The failed pass left no queue behind.
   CHECK_THROWS_WITH(autograd::queue_callback([] {}), Catch::Contains("no backward pass is running"));
 }
+
+TEST_CASE("a gradient accumulates in place into a strided .grad the user set", "[core][autograd]") {
+  Tensor x = zeros({2, 3}, DType::Float64).requires_grad_();
+  const Tensor base = from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2});
+  const Tensor strided = base.t();  // [2, 3] with strides [1, 2]: not contiguous
+  REQUIRE_FALSE(strided.is_contiguous());
+  x.set_grad(strided);
+  ops::sum(x * from_vector<double>({10, 20, 30, 40, 50, 60}, {2, 3})).backward();
+  CHECK(x.grad().same(strided));
+  // x.grad() = base.t() + [[10, 20, 30], [40, 50, 60]], written through the view into base.
+  CHECK(base.to_vector<double>() == std::vector<double>{11, 42, 23, 54, 35, 66});
+}

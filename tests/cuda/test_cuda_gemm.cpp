@@ -28,7 +28,8 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_impl.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
@@ -432,7 +433,7 @@ const ForcedPlan kForcedPlans[] = {{{130, 260, 41}, 1, {kLarge, 1}},
 
 TEST_CASE("the native cuda GEMM forced into each tile plan and split K on small shapes matches the cpu",
           "[cuda][gemm][small]") {
-  // The kernel is called directly (kernels/cuda/gemm.cuh) with a made-up multiprocessor count,
+  // The kernel is called directly (kernels/cuda/gemm.h) with a made-up multiprocessor count,
   // on the legacy default stream after the backend's stream is synchronised; in every transpose
   // variant, with and without the bias + ReLU epilogue, on aligned and misaligned operands.
   uint64_t seed = 1200;

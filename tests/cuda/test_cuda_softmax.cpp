@@ -1,5 +1,5 @@
-// kernels/cuda/softmax.cu through the public ops: log_softmax and softmax forward and backward,
-// and softmax-cross-entropy (forward, separate backward, fused forward+backward) for C from 1
+// kernels/cuda/softmax.cu and cross_entropy.cu through the public ops: log_softmax and softmax
+// forward and backward, and softmax-cross-entropy (forward, separate backward, fused) for C from 1
 // to 131072 — every row strategy (warp per row, block per row with and without the register
 // cache, float4 and scalar loads) — against a float64 CPU reference; unaligned rows, masked
 // (-inf) logits, huge logits, and the out-of-range target error that leaves the device usable.
@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "core/backend.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
@@ -238,16 +240,21 @@ TEST_CASE("an out-of-range target is an Error naming the row and the value, and 
           "[cuda][softmax]") {
   const Tensor x = random_cpu({6, 5}, 8000).to(kGpu);
   const Tensor high = from_vector(std::vector<int64_t>{0, 1, 2, 7, -1, 4}, {6}, DType::Int64).to(kGpu);
-  CHECK_THROWS_WITH(ops::softmax_cross_entropy(x, high), Catch::Contains("target 7 at row 3"));
+  // Note [deferred target errors]: the device checks without a host wait, and the error comes at
+  // the next wait (item() here; synchronize() below), once.
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(x, high).item(), Catch::Contains("target 7 at row 3"));
+  const Tensor unread = ops::softmax_cross_entropy(x, high);
+  CHECK_THROWS_WITH(backend_for(kGpu).synchronize(), Catch::Contains("target 7 at row 3"));
+  CHECK_NOTHROW(backend_for(kGpu).synchronize());
   const Tensor negative = from_vector(std::vector<int64_t>{0, 4, -1, 3, 9, 4}, {6}, DType::Int64).to(kGpu);
   Tensor xg = x.detach().requires_grad_();
-  CHECK_THROWS_WITH(ops::softmax_cross_entropy(xg, negative), Catch::Contains("target -1 at row 2"));
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(xg, negative).item(), Catch::Contains("target -1 at row 2"));
   // Many blocks: the first bad row wins however the threads are scheduled.
   std::vector<int64_t> many(100000, 1);
   many[70001] = 3;
   many[99999] = -5;
   const Tensor big = random_cpu({100000, 3}, 8001).to(kGpu);
-  CHECK_THROWS_WITH(ops::softmax_cross_entropy(big, from_vector(many, {100000}, DType::Int64).to(kGpu)),
+  CHECK_THROWS_WITH(ops::softmax_cross_entropy(big, from_vector(many, {100000}, DType::Int64).to(kGpu)).item(),
                     Catch::Contains("target 3 at row 70001"));
   // The context is intact: a valid loss right after matches the CPU.
   const Tensor t = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0}, {6}, DType::Int64);

@@ -1,5 +1,6 @@
 // Launch arithmetic shared by the kernel files: ceil-div, grid sizes for grid-stride loops,
-// and the warp/block reductions the row kernels use. Include only from .cu files.
+// and the warp/block reductions the row kernels use. Include only from .cu files (kernels/cuda
+// names a header .cuh when it holds device code, .h when it is plain C++).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,24 @@
+// The op layer's one question to a backend (core/backend.h): does it compute in this dtype?
+// A "no" becomes the user-facing error here, so no backend has to re-check dtypes itself.
+#include "core/backend.h"
+
+#include <string>
+
+namespace minidl {
+
+void check_backend_computes(const Tensor& t, const char* op, const char* arg) {
+  const Backend& be = backend_for(t.device());
+  if (be.computes_in(t.dtype())) return;
+  std::string supported;
+  for (DType d : {DType::Float32, DType::Float64, DType::Int64}) {
+    if (!be.computes_in(d)) continue;
+    supported += supported.empty() ? "" : " and ";
+    supported += dtype_name(d);
+  }
+  throw Error(detail::make_message(op, ": argument '", arg, "' is ", t.dtype(), " with shape ", t.shape(), " on ",
+                                   t.device(), ", but ", t.device(), " computes in ", supported,
+                                   " only; convert it with .to(dtype) or move it to a device that computes in ",
+                                   t.dtype()));
+}
+
+}  // namespace minidl

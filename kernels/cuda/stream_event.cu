@@ -1,0 +1,34 @@
+// The stream events of stream_event.h over the CUDA runtime.
+#include "kernels/cuda/stream_event.h"
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace minidl::cuda {
+
+uint64_t record_stream_event(void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  int device = 0;
+  MINIDL_CUDA_CHECK(cudaStreamGetDevice(s, &device));
+  DeviceGuard guard(device);  // an event is created on, and recorded by, the stream's device
+  cudaEvent_t e = nullptr;
+  MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  MINIDL_CUDA_CHECK(cudaEventRecord(e, s));
+  return reinterpret_cast<uint64_t>(e);
+}
+
+bool stream_event_completed(uint64_t event) {
+  const cudaError_t status = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is an answer, not an error: keep later checks clean
+    return false;
+  }
+  MINIDL_CUDA_CHECK(status);
+  return true;
+}
+
+void destroy_stream_event(uint64_t event) noexcept { (void)cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event)); }
+
+}  // namespace minidl::cuda
