@@ -116,11 +116,14 @@ void ThreadPool::run_erased(int parts, Task task, void* ctx) {
     for (int p = 0; p < std::max(parts, 1); ++p) task(ctx, p, std::max(parts, 1));  // alone, in order
     return;
   }
-  try {  // the first run starts the team; if it cannot, this run fails and the next tries again
-    std::call_once(started_, [this] { start_workers(); });
-  } catch (...) {
-    busy_.store(false, std::memory_order_release);
-    throw;
+  if (!started_) {  // the first run starts the team; if it cannot, this run fails and the next tries again
+    try {
+      start_workers();
+    } catch (...) {
+      busy_.store(false, std::memory_order_release);
+      throw;
+    }
+    started_ = true;
   }
   task_ = task;
   ctx_ = ctx;

@@ -65,7 +65,7 @@ class ThreadPool {
 
   int max_threads_;  // at most 255: the part count shares work_ with the generation
   std::vector<std::thread> workers_;
-  std::once_flag started_;
+  bool started_ = false;  // the team is running (set and read only by the run that holds busy_)
   std::atomic<bool> busy_{false};  // a run is in progress
   // (generation << 8) | parts: a new value per run; parts = 0 tells the workers to exit. One
   // word, so a worker never pairs one run's generation with another run's part count.
