@@ -297,9 +297,9 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
   // Going on would only overwrite it with NaN weights that no resume can use.
   auto diverged = [&](const std::string& which, double value, const std::string& where) {
     std::ostringstream os;
-    os << "fashion_mnist: the " << which << " is " << (std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf") << " "
-       << where << " (lr "
-       << optimizer->param_groups()[0].lr << "): the run diverged and stops here. ";
+    const char* shown = std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf";
+    os << "fashion_mnist: the " << which << " is " << shown << " " << where << " (lr " << optimizer->param_groups()[0].lr
+       << "): the run diverged and stops here. ";
     if (config.checkpoint.empty()) os << "No checkpoint was asked for";
     else if (last_save.empty()) os << config.checkpoint << " was not written by this run";
     else os << config.checkpoint << " keeps the state saved at " << last_save << ", before the divergence";
