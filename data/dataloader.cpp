@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/memory.h"
+#include "core/start_thread.h"
 
 namespace minidl::data {
 
@@ -34,8 +35,11 @@ struct DataLoader::Epoch {
   // Fills `indices` (reusing its capacity, so a steady epoch allocates only the batch
   // tensors) with batch b's slice of the order and builds the batch.
   Batch build(int64_t b, std::vector<int64_t>& indices) const {
+    // b < num_batches, so begin < order.size(); the end is capped without adding batch_size to
+    // begin (which overflows when batch_size is near INT64_MAX).
+    const auto n = static_cast<int64_t>(order.size());
     const int64_t begin = b * batch_size;
-    const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order.size()));
+    const int64_t end = begin + std::min(batch_size, n - begin);
     indices.assign(order.begin() + begin, order.begin() + end);
     NoGradGuard no_grad;
     Batch batch = dataset->get_batch(indices);
@@ -46,12 +50,14 @@ struct DataLoader::Epoch {
     return batch;
   }
 
-  // Workers start at batch `first` (a resumed epoch skips the batches before it).
+  // Workers start at batch `first` (a resumed epoch skips the batches before it). A failure to
+  // start one is a minidl::Error; the destructor then stops and joins those already started.
   void start_workers(int count, int64_t first) {
     window = 2 * static_cast<int64_t>(count);
     next_to_take = first;
     for (int w = 0; w < count; ++w) {
-      workers.emplace_back([this, w, count, first] {
+      const std::string who = "DataLoader: worker " + std::to_string(w) + " of " + std::to_string(count);
+      workers.push_back(start_thread(who, [this, w, count, first] {
         std::vector<int64_t> indices;
         for (int64_t b = first + w; b < num_batches; b += count) {
           {
@@ -73,7 +79,7 @@ struct DataLoader::Epoch {
           }
           produced.notify_all();
         }
-      });
+      }));
     }
   }
 
@@ -123,23 +129,29 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 DataLoader::~DataLoader() = default;
 
 int64_t DataLoader::size() const {
+  // Not (n + b - 1) / b: that overflows for a batch size near INT64_MAX, which must give one
+  // batch of everything (PyTorch: a batch larger than the dataset is the whole dataset).
   const int64_t n = dataset_->size(), b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  return n / b + (!options_.drop_last && n % b != 0 ? 1 : 0);
 }
 
 DataLoader::Iterator DataLoader::begin() {
   current_.reset();  // stops the workers of an unfinished previous epoch
   auto epoch = std::make_unique<Epoch>();
   epoch->dataset = dataset_.get();
-  current_epoch_ = next_epoch_++;
-  epoch->order = sampler_->indices(current_epoch_);
+  epoch->order = sampler_->indices(next_epoch_);
   epoch->batch_size = options_.batch_size;
   epoch->pin_memory = options_.pin_memory;
   epoch->num_batches = size();
   const int64_t first = next_first_batch_;
+  // No more workers than batches left to build: the others would start only to exit. If one
+  // cannot start, the epoch is destroyed (joining the rest) and the loader keeps its position.
+  const int64_t left = std::max<int64_t>(epoch->num_batches - first, 0);
+  const int workers = static_cast<int>(std::min<int64_t>(options_.num_workers, left));
+  if (workers > 0) epoch->start_workers(workers, first);
+  current_epoch_ = next_epoch_++;
   next_first_batch_ = 0;
   current_ = std::move(epoch);
-  if (options_.num_workers > 0) current_->start_workers(options_.num_workers, first);
   if (first < current_->num_batches) current_->load(first);
   return Iterator(current_.get(), first < current_->num_batches ? first : -1);
 }

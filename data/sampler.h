@@ -25,6 +25,9 @@ class SequentialSampler final : public Sampler {
 
 class RandomSampler final : public Sampler {
  public:
+  // Epochs 0 .. kMaxEpochs - 1 each have their own random stream; indices() refuses others.
+  static constexpr int64_t kMaxEpochs = int64_t{1} << 24;
+
   RandomSampler(int64_t n, uint64_t seed);
   std::vector<int64_t> indices(int64_t epoch) const override;  // a Fisher–Yates permutation
 

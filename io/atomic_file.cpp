@@ -1,7 +1,11 @@
-// write_file_atomically: temp file + fsync + rename + fsync of the folder (POSIX).
+// write_file_atomically: temp file + fsync + rename + fsync of the folder (POSIX), and the
+// removal of the temporaries that earlier, killed writers of the same file left behind.
 #include "io/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +27,49 @@ std::pair<std::string, std::string> split_path(const std::string& path) {
   if (slash == std::string::npos) return {".", path};
   if (slash == 0) return {"/", path.substr(1)};
   return {path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// This machine's name as it goes into a temporary file's name: [A-Za-z0-9.-] kept, others '_'.
+std::string host_name() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "unknown-host";
+  std::string host(buf);
+  for (char& c : host)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-')) c = '_';
+  return host;
+}
+
+// Note [temporaries of killed writers]: a writer killed between mkstemp and rename (kill -9,
+// a power cut) leaves its temporary file behind, and nothing else would ever remove it. So a
+// temporary is named ".<name>.tmp.<host>-<pid>.XXXXXX": it says which process on which machine
+// wrote it. Before each write, the temporaries of the same target whose writer was this
+// machine's, is gone (kill(pid, 0) fails with ESRCH), and which belong to this user are
+// removed. Anything else stays: a live writer's (this process's included), one from another
+// machine sharing the folder, a file of another user or of another name. A pid reused by a new
+// process only keeps a dead writer's file a while longer.
+void remove_temporaries_of_dead_writers(const std::string& dir, const std::string& base, const std::string& host) {
+  const std::string prefix = "." + base + ".tmp." + host + "-";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;  // the write that follows reports a folder it cannot use
+  std::vector<std::string> dead;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    // <prefix><pid>.XXXXXX: digits, a dot, then mkstemp's six characters.
+    if (name.size() < prefix.size() + 8 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const std::string pid_text = rest.substr(0, rest.size() - 7);
+    if (rest[rest.size() - 7] != '.' || pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const auto pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    dead.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  for (const std::string& path : dead) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) ::unlink(path.c_str());
+  }
 }
 
 // Owns the temporary file until it has been renamed: the destructor closes and removes it,
@@ -67,7 +114,13 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   const auto [dir, base] = split_path(path);
   MINIDL_CHECK(!base.empty(), op, path, ": the path names a folder, not a file");
 
-  TempFile tmp(dir + "/." + base + ".tmp.XXXXXX");
+  // Note [temporaries of killed writers]. A name too long for the pid falls back to the bare
+  // mkstemp form, which is never removed by a later write.
+  const std::string host = host_name();
+  remove_temporaries_of_dead_writers(dir, base, host);
+  std::string tmp_name = "." + base + ".tmp." + host + "-" + std::to_string(::getpid()) + ".XXXXXX";
+  if (tmp_name.size() > NAME_MAX) tmp_name = "." + base + ".tmp.XXXXXX";
+  TempFile tmp(dir + "/" + tmp_name);
   MINIDL_CHECK(tmp.created(), op, path, ": cannot create a temporary file in ", dir, ": ", errno_text());
 
   // Keep an existing file's mode; a new one gets 0644 rather than mkstemp's 0600.

@@ -13,6 +13,9 @@ namespace minidl::io {
 // (mkstemp's 0600 would hide it from other users); an existing file keeps its mode. On any
 // failure before the rename the temporary file is removed, the old file is untouched, and a
 // minidl::Error naming the path, the step and the strerror text is thrown.
+// The temporary is named ".<name>.tmp.<host>-<pid>.XXXXXX"; a writer that was killed before
+// its rename leaves it behind, and the next write of `path` removes such files whose writer
+// process is gone (only this machine's and this user's; never a live writer's).
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 }  // namespace minidl::io

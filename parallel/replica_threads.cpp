@@ -2,13 +2,18 @@
 #include "parallel/replica_threads.h"
 
 #include "core/error.h"
+#include "core/start_thread.h"
 
 namespace minidl::parallel {
 
 ReplicaThreads::ReplicaThreads(int replicas) : replicas_(replicas), errors_(replicas > 0 ? replicas : 0) {
   MINIDL_CHECK(replicas > 0, "ReplicaThreads: need at least one replica, got ", replicas);
-  try {
-    for (int r = 1; r < replicas; ++r) workers_.emplace_back([this, r] { worker_loop(r); });
+  try {  // a thread that cannot start is a minidl::Error, after the started ones are joined
+    for (int r = 1; r < replicas; ++r) {
+      const std::string who = "ReplicaThreads: the thread of replica " + std::to_string(r) + " of " +
+                              std::to_string(replicas);
+      workers_.push_back(start_thread(who, [this, r] { worker_loop(r); }));
+    }
   } catch (...) {
     stop_workers();
     throw;

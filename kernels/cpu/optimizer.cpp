@@ -62,11 +62,15 @@ void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, T
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T *m = exp_avg.data<T>(), *v = exp_avg_sq.data<T>();
+    // Every scalar constant is computed in double and rounded to T once, as PyTorch does with its
+    // Python floats: 1 - beta2 rounded from float32(beta2) would be 0.00099998713, not 0.001,
+    // and every float32 step would be 6.4e-6 of itself too large.
     const double t = static_cast<double>(cfg.step);
     const T b1 = static_cast<T>(cfg.beta1), b2 = static_cast<T>(cfg.beta2);
-    const T bc1 = static_cast<T>(1.0 - std::pow(cfg.beta1, t));
+    const T one_minus_b1 = static_cast<T>(1.0 - cfg.beta1), one_minus_b2 = static_cast<T>(1.0 - cfg.beta2);
+    const T step_size = static_cast<T>(cfg.lr / (1.0 - std::pow(cfg.beta1, t)));  // lr / (1 - β1^t)
     const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(cfg.beta2, t)));
-    const T lr = static_cast<T>(cfg.lr), eps = static_cast<T>(cfg.eps), wd = static_cast<T>(cfg.weight_decay);
+    const T eps = static_cast<T>(cfg.eps), wd = static_cast<T>(cfg.weight_decay);
     const T decay = static_cast<T>(1.0 - cfg.lr * cfg.weight_decay);
     const bool decoupled = cfg.decoupled_weight_decay;
     const int64_t n = param.numel();
@@ -74,10 +78,10 @@ void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, T
       T gi = g[i];
       if (decoupled) p[i] *= decay;
       else gi += wd * p[i];
-      m[i] = b1 * m[i] + (T(1) - b1) * gi;
-      v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
+      m[i] = b1 * m[i] + one_minus_b1 * gi;
+      v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
       // PyTorch's form: p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps)
-      p[i] -= (lr / bc1) * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+      p[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
     });
   });
 }

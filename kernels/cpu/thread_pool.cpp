@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
+
+#include "core/start_thread.h"
 
 namespace minidl::cpu {
 
@@ -59,22 +62,38 @@ ThreadPool& ThreadPool::instance() {
   return pool;
 }
 
-ThreadPool::ThreadPool() : max_threads_(std::clamp(threads_from_environment(), 1, 255)) {}
+ThreadPool::ThreadPool() : ThreadPool(threads_from_environment()) {}
 
-ThreadPool::~ThreadPool() {
+ThreadPool::ThreadPool(int max_threads) : max_threads_(std::clamp(max_threads, 1, 255)) {}
+
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::start_workers() {
+  // Each worker starts from the word as it is now, before the first run publishes its own: a
+  // thread that read work_ only once it was running could take that run's word as old news.
+  const uint64_t now = work_.load(std::memory_order_acquire);
+  try {
+    for (int w = 1; w < max_threads_; ++w) {
+      const std::string who = "cpu::ThreadPool: worker " + std::to_string(w) + " of " +
+                              std::to_string(max_threads_ - 1) + " (OMP_NUM_THREADS sets the team size)";
+      workers_.push_back(start_thread(who, [this, w, now] { worker_loop(w, now); }));
+    }
+  } catch (...) {
+    // Those started wait for a run with their index in it, which a partial team would never
+    // fill: tell them to exit (parts = 0) and join them; the next parallel call tries again.
+    stop_workers();
+    throw;
+  }
+}
+
+void ThreadPool::stop_workers() {
   if (workers_.empty()) return;
   const uint64_t generation = (work_.load(std::memory_order_relaxed) >> 8) + 1;
   work_.store(generation << 8, std::memory_order_release);  // parts = 0: exit
   { std::lock_guard<std::mutex> lock(sleep_mutex_); }
   work_changed_.notify_all();
   for (auto& t : workers_) t.join();
-}
-
-void ThreadPool::start_workers() {
-  // Each worker starts from the word as it is now, before the first run publishes its own: a
-  // thread that read work_ only once it was running could take that run's word as old news.
-  const uint64_t now = work_.load(std::memory_order_acquire);
-  for (int w = 1; w < max_threads_; ++w) workers_.emplace_back([this, w, now] { worker_loop(w, now); });
+  workers_.clear();
 }
 
 void ThreadPool::run_part(int part, int parts) {
@@ -112,7 +131,15 @@ void ThreadPool::run_erased(int parts, Task task, void* ctx) {
     for (int p = 0; p < std::max(parts, 1); ++p) task(ctx, p, std::max(parts, 1));  // alone, in order
     return;
   }
-  std::call_once(started_, [this] { start_workers(); });
+  if (!started_) {  // the first run starts the team; if it cannot, this run fails and the next tries again
+    try {
+      start_workers();
+    } catch (...) {
+      busy_.store(false, std::memory_order_release);
+      throw;
+    }
+    started_ = true;
+  }
   task_ = task;
   ctx_ = ctx;
   error_ = nullptr;

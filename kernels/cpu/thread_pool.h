@@ -24,6 +24,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace minidl::cpu {
@@ -32,16 +33,22 @@ class ThreadPool {
  public:
   // The process-wide pool (its threads start at the first parallel call).
   static ThreadPool& instance();
+  // A pool of its own with max_threads threads, the caller included (clamped to [1, 255]); for
+  // tests, which need one whose team has not started yet. The kernels use instance().
+  explicit ThreadPool(int max_threads);
 
   // Threads a parallel loop may use, the caller included: OMP_NUM_THREADS (its first value),
   // else the CPUs this process may run on. No OpenMP runtime is involved.
   int max_threads() const { return max_threads_; }
 
   // Calls f(part, parts) for part in [0, parts); parts is capped at max_threads(). The first
-  // exception thrown by a part is rethrown here once every part has finished.
+  // exception thrown by a part is rethrown here once every part has finished. The first run
+  // with parts > 1 starts the team; a thread the system refuses is a minidl::Error (no part
+  // has run then), and the next such run tries to start the team again.
   template <typename F>
   void run(int parts, F&& f) {
-    auto trampoline = [](void* ctx, int part, int n) { (*static_cast<F*>(ctx))(part, n); };
+    using Fn = std::remove_reference_t<F>;  // F is a reference type for an lvalue argument
+    auto trampoline = [](void* ctx, int part, int n) { (*static_cast<Fn*>(ctx))(part, n); };
     run_erased(parts, trampoline, const_cast<void*>(static_cast<const void*>(&f)));
   }
 
@@ -54,12 +61,13 @@ class ThreadPool {
   ThreadPool();
   void run_erased(int parts, Task task, void* ctx);
   void start_workers();
+  void stop_workers();  // tells the workers to exit and joins them
   void worker_loop(int index, uint64_t seen);
   void run_part(int part, int parts);
 
   int max_threads_;  // at most 255: the part count shares work_ with the generation
   std::vector<std::thread> workers_;
-  std::once_flag started_;
+  bool started_ = false;  // the team is running (set and read only by the run that holds busy_)
   std::atomic<bool> busy_{false};  // a run is in progress
   // (generation << 8) | parts: a new value per run; parts = 0 tells the workers to exit. One
   // word, so a worker never pairs one run's generation with another run's part count.

@@ -22,8 +22,9 @@ struct SgdScalars {
   bool use_momentum, first_step, nesterov;
 };
 
+// Computed in double on the host and rounded once, as on the CPU (1 - β1 and 1 - β2 too).
 struct AdamScalars {
-  float b1, b2, bc1, bc2_sqrt, lr, eps, wd, decay;
+  float b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps, wd, decay;
   bool decoupled;
 };
 
@@ -51,11 +52,11 @@ __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g, 
     float pi = p[i], gi = g[i];
     if (s.decoupled) pi *= s.decay;
     else gi += s.wd * pi;
-    const float mi = s.b1 * m[i] + (1.0f - s.b1) * gi;
-    const float vi = s.b2 * v[i] + (1.0f - s.b2) * gi * gi;
+    const float mi = s.b1 * m[i] + s.one_minus_b1 * gi;
+    const float vi = s.b2 * v[i] + s.one_minus_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = pi - (s.lr / s.bc1) * mi / (sqrtf(vi) / s.bc2_sqrt + s.eps);
+    p[i] = pi - s.step_size * mi / (sqrtf(vi) / s.bc2_sqrt + s.eps);
   }
 }
 
@@ -92,10 +93,11 @@ void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
   DeviceGuard guard(device_);
   const double t = static_cast<double>(cfg.step);
   const AdamScalars s{static_cast<float>(cfg.beta1),
+                      static_cast<float>(1.0 - cfg.beta1),
                       static_cast<float>(cfg.beta2),
-                      static_cast<float>(1.0 - std::pow(cfg.beta1, t)),
+                      static_cast<float>(1.0 - cfg.beta2),
+                      static_cast<float>(cfg.lr / (1.0 - std::pow(cfg.beta1, t))),
                       static_cast<float>(std::sqrt(1.0 - std::pow(cfg.beta2, t))),
-                      static_cast<float>(cfg.lr),
                       static_cast<float>(cfg.eps),
                       static_cast<float>(cfg.weight_decay),
                       static_cast<float>(1.0 - cfg.lr * cfg.weight_decay),

@@ -12,6 +12,7 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "parallel/parallel.h"
+#include "samples/common/flags.h"
 #include "samples/common/seed_model.h"
 
 using namespace minidl;
@@ -26,12 +27,13 @@ int main(int argc, char** argv) {
   int replicas = 2;
   std::string device_name = "auto";
   uint64_t seed = 0;
-  app.add_option("--epochs", epochs, "passes over the dataset")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per batch")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "SGD learning rate")->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", epochs, "passes over the dataset")->check(samples::positive_integer<int>());
+  app.add_option("--batch-size", batch_size, "samples per batch")->check(samples::positive_integer<int64_t>());
+  app.add_option("--lr", lr, "SGD learning rate")->check(samples::non_negative_real());
   app.add_option("--device", device_name, "auto (every CUDA device, else CPU replicas), cuda (every CUDA device) or cpu");
-  app.add_option("--replicas", replicas, "CPU replicas, when running on the CPU")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed for the weights, the data and the shuffling");
+  app.add_option("--replicas", replicas, "CPU replicas, when running on the CPU")
+      ->check(samples::positive_integer<int>());
+  app.add_option("--seed", seed, "seed for the weights, the data and the shuffling")->check(samples::seed_value());
   CLI11_PARSE(app, argc, argv);
 
   try {

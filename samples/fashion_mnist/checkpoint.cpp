@@ -117,6 +117,27 @@ std::vector<EpochMetrics> parse_history(const MetadataReader& r) {
   return out;
 }
 
+// How many of t's values are NaN or infinite (none for an integer tensor).
+int64_t count_non_finite(const Tensor& t) {
+  if (!t.defined() || !is_floating(t.dtype())) return 0;
+  int64_t bad = 0;
+  for (double v : t.to(Device::cpu()).to(DType::Float64).to_vector<double>()) bad += std::isfinite(v) ? 0 : 1;
+  return bad;
+}
+
+// Note [a checkpoint holds only finite numbers]: a run's weights or optimizer state with NaN or
+// Inf in them cannot be trained on (every later loss is NaN), and metadata parse_double cannot
+// read back would make the file unreadable. save_checkpoint refuses to write either, so the file
+// at `path` keeps its last good contents; load_checkpoint refuses them with the tensor's name
+// (io::load_safetensors itself accepts any values, as the format does).
+void check_finite_tensors(const io::TensorMap& tensors, const std::string& what) {
+  for (const auto& [name, t] : tensors) {
+    const int64_t bad = count_non_finite(t);
+    MINIDL_CHECK(bad == 0, what, ": tensor '", name, "' holds ", bad, " NaN or infinite value", bad == 1 ? "" : "s",
+                 " of ", t.numel(), " (the run it comes from diverged)");
+  }
+}
+
 }  // namespace
 
 std::string format_exact(double v) {
@@ -172,6 +193,23 @@ void save_checkpoint(const Checkpoint& c, const std::string& path) {
   meta["epoch.samples"] = format_int(c.epoch_samples);
   meta["history"] = history_text(c.history);
 
+  // Note [a checkpoint holds only finite numbers]: check everything before writing anything.
+  const std::string refusing = "checkpoint " + path + ": refusing to save (the file keeps its last contents)";
+  check_finite_tensors(tensors, refusing);
+  std::vector<double> reals = {c.epoch_loss_sum};
+  reals.insert(reals.end(), o.group_lrs.begin(), o.group_lrs.end());
+  for (const auto& [k, v] : o.hyperparameters) reals.push_back(v);
+  if (c.scheduler) {
+    reals.insert(reals.end(), c.scheduler->base_lrs.begin(), c.scheduler->base_lrs.end());
+    reals.insert(reals.end(), c.scheduler->last_lr.begin(), c.scheduler->last_lr.end());
+    for (const auto& [k, v] : c.scheduler->hyperparameters) reals.push_back(v);
+  }
+  for (const EpochMetrics& e : c.history)
+    reals.insert(reals.end(), {e.train_loss, e.test_loss, e.test_acc, e.samples_per_s, e.lr});
+  for (double v : reals)
+    MINIDL_CHECK(std::isfinite(v), refusing, ": its metadata would hold ", v,
+                 " (the losses, lrs and metrics must be finite numbers to be read back)");
+
   io::save_safetensors(tensors, path, meta);
 }
 
@@ -188,6 +226,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     else if (name.rfind("optimizer.", 0) == 0) c.optimizer.tensors.emplace(name.substr(10), t);
     else throw Error("checkpoint " + path + ": unexpected tensor '" + name + "' (expected model.* or optimizer.*)");
   }
+  check_finite_tensors(file.tensors, "checkpoint " + path);  // Note [a checkpoint holds only finite numbers]
 
   c.optimizer.optimizer = r.text("optimizer.name");
   c.optimizer.group_lrs = r.reals("optimizer.group_lrs");

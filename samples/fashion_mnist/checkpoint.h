@@ -40,9 +40,11 @@ struct Checkpoint {
   std::vector<EpochMetrics> history;
 };
 
-// Atomic: a crash while saving leaves the previous file at `path` intact.
+// Atomic: a crash while saving leaves the previous file at `path` intact. Refuses (a
+// minidl::Error naming the tensor or value, the file untouched) a state holding NaN or Inf.
 void save_checkpoint(const Checkpoint& c, const std::string& path);
-// Throws a minidl::Error naming the file and the key for a file that is not such a checkpoint.
+// Throws a minidl::Error naming the file and the key for a file that is not such a checkpoint,
+// and naming the tensor for one whose weights or optimizer state hold NaN or Inf.
 Checkpoint load_checkpoint(const std::string& path);
 
 // Exact text of a double and back (std::to_chars shortest form: parses to the same bits).

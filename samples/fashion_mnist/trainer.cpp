@@ -9,9 +9,14 @@
 // interrupted epoch's running loss sum travels along, so its train_loss is the same number.
 #include "samples/fashion_mnist/trainer.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -46,6 +51,22 @@ std::string join_sizes(const std::vector<int64_t>& sizes, char sep) {
   return s;
 }
 
+// An output file the run will write (--checkpoint, --metrics, --plot) must have an existing,
+// writable folder and must not be a folder itself: checked before training, not found out at
+// the end of the first epoch.
+void check_output_path(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  MINIDL_CHECK(!p.filename().empty() && !std::filesystem::is_directory(p, ec), "fashion_mnist: ", flag, " ", path,
+               " names a folder; expected a file path");
+  MINIDL_CHECK(std::filesystem::is_directory(dir, ec), "fashion_mnist: ", flag, " ", path, ": the folder ",
+               dir.string(), " does not exist (create it first)");
+  MINIDL_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "fashion_mnist: ", flag, " ", path, ": the folder ",
+               dir.string(), " is not writable: ", std::strerror(errno));
+}
+
 void check_config(const TrainerConfig& c) {
   MINIDL_CHECK(c.epochs > 0, "fashion_mnist: --epochs must be positive, got ", c.epochs);
   MINIDL_CHECK(c.batch_size > 0, "fashion_mnist: --batch-size must be positive, got ", c.batch_size);
@@ -63,6 +84,9 @@ void check_config(const TrainerConfig& c) {
                "fashion_mnist: --checkpoint-every needs --checkpoint PATH to save to");
   MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
                c.stop_after_batches);
+  check_output_path(c.checkpoint, "--checkpoint");
+  check_output_path(c.metrics, "--metrics");
+  check_output_path(c.plot, "--plot");
 }
 
 Device resolve_device(const TrainerConfig& c) {
@@ -249,6 +273,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     }
   }
 
+  std::string last_save;  // "epoch E, batch B": where this process last saved the checkpoint
   auto make_checkpoint = [&] {
     Checkpoint ck;
     ck.hyperparameters = hyperparameters_of(config);
@@ -261,6 +286,25 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     ck.epoch_samples = samples;
     ck.history = result.history;
     return ck;
+  };
+  auto save = [&](int64_t epoch, int64_t batch) {
+    save_checkpoint(make_checkpoint(), config.checkpoint);
+    last_save = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch);
+  };
+  // Note [a diverged run stops]: the first NaN or infinite loss (training or test) ends the run
+  // with an error naming where, before anything else is saved, so the checkpoint keeps its last
+  // save, taken while every number was finite; save_checkpoint also refuses non-finite weights.
+  // Going on would only overwrite it with NaN weights that no resume can use.
+  auto diverged = [&](const std::string& which, double value, const std::string& where) {
+    std::ostringstream os;
+    const char* shown = std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf";
+    os << "fashion_mnist: the " << which << " is " << shown << " " << where << " (lr " << optimizer->param_groups()[0].lr
+       << "): the run diverged and stops here. ";
+    if (config.checkpoint.empty()) os << "No checkpoint was asked for";
+    else if (last_save.empty()) os << config.checkpoint << " was not written by this run";
+    else os << config.checkpoint << " keeps the state saved at " << last_save << ", before the divergence";
+    os << "; a smaller --lr may train.";
+    return Error(os.str());
   };
 
   int64_t batches_run = 0;  // in this process, for stop_after_batches
@@ -279,18 +323,24 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
       loss.backward();
       optimizer->step();
       const int64_t n = y.shape()[0];
-      loss_sum += loss.item() * static_cast<double>(n);
-      samples += n;
-      samples_here += n;
-      ++batches_run;
+      const double batch_loss = loss.item();
       const data::DataLoaderState pos = loader.state();
       const bool last = pos.batch == 0;  // the position rolled over to the next epoch
       const int64_t done = last ? loader.size() : pos.batch;
+      if (!std::isfinite(batch_loss)) {  // Note [a diverged run stops]
+        throw diverged("training loss", batch_loss,
+                       "at epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(done) + " of " +
+                           std::to_string(loader.size()));
+      }
+      loss_sum += batch_loss * static_cast<double>(n);
+      samples += n;
+      samples_here += n;
+      ++batches_run;
       progress.update(done, loss_sum / static_cast<double>(samples), samples_here);
       stopped = config.stop_after_batches > 0 && batches_run >= config.stop_after_batches;
       if (last) break;  // the epoch's end is handled below (evaluation, then the checkpoint)
       const bool due = config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
-      if (!config.checkpoint.empty() && (due || stopped)) save_checkpoint(make_checkpoint(), config.checkpoint);
+      if (!config.checkpoint.empty() && (due || stopped)) save(epoch, done);
       if (stopped) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -302,6 +352,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
 
     if (scheduler) scheduler->step();
     const Evaluation eval = evaluate(*model, *data.test, device);
+    if (!std::isfinite(eval.loss)) throw diverged("test loss", eval.loss, "after epoch " + std::to_string(epoch + 1));
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.train_loss = loss_sum / static_cast<double>(samples);
@@ -314,7 +365,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     samples = 0;
     progress.finish(epoch_line(m, config.epochs, seconds));
     if (!config.metrics.empty()) write_metrics_csv(config.metrics, result.history);
-    if (!config.checkpoint.empty()) save_checkpoint(make_checkpoint(), config.checkpoint);
+    if (!config.checkpoint.empty()) save(epoch, loader.size());
   }
   result.finished = loader.state().epoch >= config.epochs;
 

@@ -13,6 +13,7 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "samples/common/flags.h"
 #include "samples/common/seed_model.h"
 #include "samples/manual_split/split_step.h"
 
@@ -27,13 +28,13 @@ int main(int argc, char** argv) {
   double lr = 0.01;
   std::string device_name = "auto";
   uint64_t seed = 0;
-  app.add_option("--epochs", epochs, "passes over the dataset")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  app.add_option("--epochs", epochs, "passes over the dataset")->check(samples::positive_integer<int>());
+  app.add_option("--batch-size", batch_size, "samples per batch")->check(samples::positive_integer<int64_t>());
   app.add_option("--chunks", chunks, "chunks per batch (default: one per CUDA device, at least 2)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "SGD learning rate")->check(CLI::NonNegativeNumber);
+      ->check(samples::positive_integer<int64_t>());
+  app.add_option("--lr", lr, "SGD learning rate")->check(samples::non_negative_real());
   app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto (CUDA when available)");
-  app.add_option("--seed", seed, "seed for the weights, the data and the shuffling");
+  app.add_option("--seed", seed, "seed for the weights, the data and the shuffling")->check(samples::seed_value());
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -4,10 +4,13 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <thread>
 
+#include "core/start_thread.h"
 #include "data/data.h"
+#include "tests/error_message.h"
 
 using namespace minidl;
 using namespace minidl::data;
@@ -117,6 +120,34 @@ TEST_CASE("drop_last decides whether the short final batch is kept", "[data]") {
   CHECK(epoch_batches(tiny).empty());
 }
 
+TEST_CASE("a batch size up to INT64_MAX gives one batch of the whole dataset, as in PyTorch", "[data]") {
+  // (n + b - 1) / b overflowed for b near INT64_MAX: the loader delivered no batch at all.
+  const int64_t n = 7;
+  for (int64_t b : {n, n + 1, int64_t{1} << 62, std::numeric_limits<int64_t>::max() - 1,
+                    std::numeric_limits<int64_t>::max()}) {
+    for (int workers : {0, 2}) {
+      INFO("batch_size " << b << ", " << workers << " workers");
+      DataLoader loader(identity_dataset(n), DataLoaderOptions{.batch_size = b, .shuffle = true, .num_workers = workers});
+      CHECK(loader.size() == 1);
+      auto batches = epoch_batches(loader);
+      REQUIRE(batches.size() == 1);
+      std::sort(batches[0].begin(), batches[0].end());
+      CHECK(batches[0] == iota_vector(n));
+      DataLoader dropping(identity_dataset(n), DataLoaderOptions{.batch_size = b, .drop_last = b > n});
+      CHECK(dropping.size() == (b > n ? 0 : 1));
+    }
+  }
+}
+
+TEST_CASE("a shuffled epoch past the random streams' range is an error, not a repeat of epoch 0", "[data]") {
+  // Epoch e draws from Philox counters starting at e << 40: from epoch 2^24 on they would wrap
+  // onto the streams of earlier epochs.
+  RandomSampler sampler(10, 3);
+  CHECK(sampler.indices((int64_t{1} << 24) - 1).size() == 10);
+  CHECK_THROWS_WITH(sampler.indices(int64_t{1} << 24), Catch::Contains("epoch 16777216") && Catch::Contains("16777215"));
+  CHECK_THROWS_WITH(sampler.indices(-1), Catch::Contains("epoch -1"));
+}
+
 TEST_CASE("the same seed gives the same order in two loaders, and each epoch a different one", "[data]") {
   DataLoader a(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 9});
   DataLoader b(identity_dataset(50), DataLoaderOptions{.batch_size = 7, .shuffle = true, .seed = 9});
@@ -173,6 +204,30 @@ TEST_CASE("worker threads deliver exactly the batches of the single-threaded loa
       CHECK(epoch_batches(threaded).size() == e0.size());
     }
   }
+}
+
+TEST_CASE("a worker thread the system refuses is a minidl::Error and the loader keeps its position", "[data]") {
+  auto ds = identity_dataset(40);
+  DataLoader plain(ds, DataLoaderOptions{.batch_size = 8, .shuffle = true, .seed = 5});
+  const auto e0 = epoch_batches(plain);
+  DataLoader threaded(ds, DataLoaderOptions{.batch_size = 8, .shuffle = true, .num_workers = 3, .seed = 5});
+  minidl::testing::fail_thread_starts_after(1);  // worker 0 starts, worker 1 is refused
+  const std::string message = minidl::testing::error_message([&] { threaded.begin(); });
+  minidl::testing::fail_thread_starts_after(-1);
+  CHECK_THAT(message, Catch::Contains("DataLoader: worker 1 of 3") && Catch::Contains("cannot start a thread"));
+  CHECK(threaded.epoch() == -1);              // no epoch began
+  CHECK(epoch_batches(threaded) == e0);       // the next begin() is epoch 0, complete
+}
+
+TEST_CASE("a loader starts no more workers than an epoch has batches left", "[data]") {
+  // 3 batches: with 1000 workers asked, only 3 threads are started (a refused 4th start would throw).
+  DataLoader loader(identity_dataset(24), DataLoaderOptions{.batch_size = 8, .num_workers = 1000});
+  minidl::testing::fail_thread_starts_after(3);
+  std::vector<std::vector<int64_t>> batches;
+  const std::string message = minidl::testing::error_message([&] { batches = epoch_batches(loader); });
+  minidl::testing::fail_thread_starts_after(-1);
+  CHECK(message == "<no minidl::Error was thrown>");
+  CHECK(batches.size() == 3);
 }
 
 TEST_CASE("a worker's error is rethrown on the consuming thread, in batch order", "[data]") {

@@ -5,10 +5,13 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "core/start_thread.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/error_message.h"
 
 using minidl::cpu::ThreadPool;
 
@@ -68,4 +71,17 @@ TEST_CASE("thread pool rethrows a part's exception on the caller and stays usabl
   std::atomic<int> ran{0};
   pool.run(parts, [&](int, int) { ran.fetch_add(1); });
   CHECK(ran.load() == parts);
+}
+
+TEST_CASE("thread pool: a worker the system refuses is a minidl::Error, and a later run starts the team", "[kernels][thread-pool]") {
+  ThreadPool pool(4);  // a team of its own, not started yet
+  std::atomic<int> ran{0};
+  auto count = [&](int, int) { ran.fetch_add(1); };
+  minidl::testing::fail_thread_starts_after(1);  // worker 1 starts, worker 2 is refused
+  const std::string message = minidl::testing::error_message([&] { pool.run(4, count); });
+  minidl::testing::fail_thread_starts_after(-1);
+  CHECK_THAT(message, Catch::Contains("cpu::ThreadPool: worker 2 of 3") && Catch::Contains("cannot start a thread"));
+  CHECK(ran.load() == 0);  // no part ran in the failed run
+  pool.run(4, count);      // the team starts now; worker 1 of the failed start was joined
+  CHECK(ran.load() == 4);
 }

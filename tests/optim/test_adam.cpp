@@ -124,3 +124,28 @@ TEST_CASE("Adam and AdamW reject bad options with a clear error", "[optim]") {
   CHECK_THROWS_WITH(optim::AdamW({p}, {.weight_decay = -0.1}), Catch::Contains("AdamW: invalid weight_decay"));
   CHECK_THROWS_WITH(optim::AdamW({p}, {.beta2 = 1.0}), Catch::Contains("AdamW: invalid beta2"));
 }
+
+TEST_CASE("AdamW on float32 parameters computes its scalar constants in double, as PyTorch does", "[optim]") {
+  // Parameters start at 0, so after each step they hold the sum of the updates alone (about lr
+  // each): an error in a constant shows in full instead of hiding below the ulps of O(1) values.
+  // Rounding 1 - beta2 in float32 (0.00099998713 for 0.001) makes every update 6.4e-6 x lr too
+  // large; the tolerance, 1e-6 x lr, is well above the float32 rounding of these O(lr) values
+  // (about 6e-8 x lr per operation, a dozen operations per step) and well below that error.
+  const double lr = 1e-3;
+  Tensor p = from_vector<float>({0.0f, 0.0f, 0.0f});
+  p.requires_grad_(true);
+  optim::AdamW adamw({p}, {.lr = lr});
+  HandAdam hand{lr, 0.9, 0.999, 1e-8, 1e-2, true, {}, {}};
+  std::vector<double> expected = {0.0, 0.0, 0.0};
+  for (size_t s = 0; s < 3; ++s) {
+    std::vector<float> g(kGrads[s].begin(), kGrads[s].end());
+    p.set_grad(from_vector<float>(g));
+    adamw.step();
+    hand.step(expected, kGrads[s]);
+    const std::vector<float> got = p.to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("step " << s + 1 << ", element " << i);
+      CHECK(static_cast<double>(got[i]) == Approx(expected[i]).margin(1e-6 * lr).epsilon(0));
+    }
+  }
+}

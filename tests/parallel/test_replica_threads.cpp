@@ -6,10 +6,13 @@
 #include <atomic>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "core/start_thread.h"
 #include "parallel/replica_threads.h"
+#include "tests/error_message.h"
 
 using namespace minidl::parallel;
 
@@ -45,4 +48,17 @@ TEST_CASE("replica threads finish every task and rethrow the lowest failing one"
   CHECK(finished == 3);
   threads.run(3, [&](int) { ++finished; });  // usable after a failure
   CHECK(finished == 6);
+}
+
+TEST_CASE("replica threads: a thread the system refuses is a minidl::Error and the started ones are joined",
+          "[parallel][threads]") {
+  minidl::testing::fail_thread_starts_after(2);  // the threads of replicas 1 and 2 start, 3 is refused
+  const std::string message = minidl::testing::error_message([] { ReplicaThreads threads(5); });
+  minidl::testing::fail_thread_starts_after(-1);
+  CHECK_THAT(message, Catch::Contains("ReplicaThreads: the thread of replica 3 of 5") &&
+                          Catch::Contains("cannot start a thread"));
+  ReplicaThreads threads(5);  // nothing left behind: a new set starts and runs
+  std::atomic<int> ran{0};
+  threads.run(5, [&](int) { ++ran; });
+  CHECK(ran.load() == 5);
 }
