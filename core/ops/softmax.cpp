@@ -127,7 +127,7 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
   check_backend_computes(logits, op, "logits");
   Backend& be = backend_for(logits.device());
   const Tensor lc = logits.detach().contiguous(), tc = targets.contiguous();
-  // Note [deferred target errors] in docs/cuda.md: on a GPU this error may come at the next host wait.
+  // Note [deferred target errors] (kernels/cuda/cross_entropy.cu, docs/cuda.md): on a GPU this error may come at the next host wait.
   be.check_targets(tc, c, [op, c, shape = logits.shape()](int64_t row, int64_t value) {
     return detail::make_message(op, ": target ", value, " at row ", row, " is out of range [0, ", c, ") for logits ",
                                 shape);
