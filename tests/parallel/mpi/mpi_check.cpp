@@ -237,7 +237,7 @@ void ddp(parallel::ProcessGroup& group) {
       const double dl = std::abs(global_loss.item() - ref_loss.item());
       expect(dl <= kTolerance, "step ", steps, ": the ranks' mean loss ", global_loss.item(), " differs from one process's ",
              ref_loss.item(), " by ", dl, " (tolerance ", kTolerance, ")");
-      expect(ddp->last_gradient_sync().launched_during_backward >= 1, "step ", steps,
+      expect(world == 1 || ddp->last_gradient_sync().launched_during_backward >= 1, "step ", steps,
              ": no bucket was launched from a hook during backward");
       ++steps;
     }
