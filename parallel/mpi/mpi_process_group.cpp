@@ -7,13 +7,22 @@
 // them up. MPI_COMM_WORLD is duplicated, so minidl's collectives never mix with a program's own
 // MPI traffic; errors are return codes (MPI_ERRORS_RETURN), rethrown by wait() as minidl::Error.
 //
+// Note [waiting without spinning]: a blocking MPI call polls its progress engine and keeps a
+// core busy while it waits for the other ranks; on a machine with as many processes as cores,
+// that core is the one the process's own backward (or another rank) needs. So the MPI thread
+// starts each collective as a nonblocking one (MPI_Iallreduce, ...) and waits with MPI_Test,
+// spinning briefly, then sleeping in growing steps up to kMaxSleepMicros — the core goes back
+// to the computation, for a latency of at most that sleep.
+//
 // all_reduce(average) is MPI_SUM, then a division by the world size on this process; int64
 // has no average (as in NCCL). MPI counts are int: a tensor of more than 2^30 elements is
 // reduced and broadcast in pieces of 2^30.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <thread>
 
 #include "parallel/host_collective_work.h"
 #include "parallel/mpi/mpi_runtime.h"
@@ -34,6 +43,22 @@ MPI_Datatype mpi_dtype(DType dtype) {
       return MPI_INT64_T;
   }
   throw Error("mpi process group: unknown dtype");
+}
+
+constexpr int kSpinTests = 64;          // MPI_Test calls before the first sleep
+constexpr int64_t kMaxSleepMicros = 200;  // the longest sleep between two MPI_Test calls
+
+// Note [waiting without spinning].
+void wait_for(MPI_Request& request, const char* call) {
+  int64_t sleep_micros = 1;
+  for (int tests = 0;; ++tests) {
+    int done = 0;
+    mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
+    if (done) return;
+    if (tests < kSpinTests) continue;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_micros));
+    sleep_micros = std::min(kMaxSleepMicros, 2 * sleep_micros);
+  }
 }
 
 template <typename T>
@@ -74,8 +99,10 @@ class MpiProcessGroup final : public ProcessGroup {
         const size_t item = dtype_size(t.dtype());
         for (int64_t start = 0; start < t.numel(); start += kMaxPiece) {
           const int count = static_cast<int>(std::min(kMaxPiece, t.numel() - start));
-          MINIDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + static_cast<size_t>(start) * item, count,
-                                         mpi_dtype(t.dtype()), MPI_SUM, comm));
+          MPI_Request request = MPI_REQUEST_NULL;
+          MINIDL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, base + static_cast<size_t>(start) * item, count,
+                                          mpi_dtype(t.dtype()), MPI_SUM, comm, &request));
+          wait_for(request, "MPI_Iallreduce");
         }
         if (op == ReduceOp::Average) {
           if (t.dtype() == DType::Float32) divide(t.data<float>(), t.numel(), world);
@@ -96,7 +123,10 @@ class MpiProcessGroup final : public ProcessGroup {
         const size_t item = dtype_size(t.dtype());
         for (int64_t start = 0; start < t.numel(); start += kMaxPiece) {
           const int count = static_cast<int>(std::min(kMaxPiece, t.numel() - start));
-          MINIDL_MPI_CHECK(MPI_Bcast(base + static_cast<size_t>(start) * item, count, mpi_dtype(t.dtype()), root, comm));
+          MPI_Request request = MPI_REQUEST_NULL;
+          MINIDL_MPI_CHECK(
+              MPI_Ibcast(base + static_cast<size_t>(start) * item, count, mpi_dtype(t.dtype()), root, comm, &request));
+          wait_for(request, "MPI_Ibcast");
         }
       }
     });
@@ -109,13 +139,19 @@ class MpiProcessGroup final : public ProcessGroup {
                  " elements per rank is more than one MPI call carries (", INT_MAX, ")");
     return launch("all_gather", {{input}, {output}}, [input, output](MPI_Comm comm) {
       const int count = static_cast<int>(input.numel());
-      MINIDL_MPI_CHECK(MPI_Allgather(input.raw_data(), count, mpi_dtype(input.dtype()), output.raw_data(), count,
-                                     mpi_dtype(input.dtype()), comm));
+      MPI_Request request = MPI_REQUEST_NULL;
+      MINIDL_MPI_CHECK(MPI_Iallgather(input.raw_data(), count, mpi_dtype(input.dtype()), output.raw_data(), count,
+                                      mpi_dtype(input.dtype()), comm, &request));
+      wait_for(request, "MPI_Iallgather");
     });
   }
 
   std::shared_ptr<CollectiveWork> barrier() override {
-    return launch("barrier", {}, [](MPI_Comm comm) { MINIDL_MPI_CHECK(MPI_Barrier(comm)); });
+    return launch("barrier", {}, [](MPI_Comm comm) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      MINIDL_MPI_CHECK(MPI_Ibarrier(comm, &request));
+      wait_for(request, "MPI_Ibarrier");
+    });
   }
 
  private:

@@ -4,6 +4,7 @@
 //   fashion_mnist                                   # 10 epochs, SGD momentum + cosine, CPU
 //   fashion_mnist --checkpoint run.safetensors --metrics run.csv --plot run.png
 //   fashion_mnist --resume run.safetensors --checkpoint run.safetensors   # continue that run
+//   mpirun -n 2 fashion_mnist --checkpoint run.safetensors   # one process per device (docs/distributed.md)
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "data/mnist.h"
+#include "parallel/process_group.h"
 #include "samples/fashion_mnist/trainer.h"
 
 using namespace minidl;
@@ -88,7 +90,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  int world = 1, rank = 0;
   try {
+    // Started by an MPI launcher with several processes: one process per device, rank 0 speaks.
+    if (parallel::launched_with_several_processes()) {
+      c.group = parallel::make_process_group();
+      world = c.group->world_size();
+      rank = c.group->rank();
+      if (rank != 0) progress = "none";
+    }
     c.hidden = parse_hidden(hidden);
     c.devices = split_list(devices);
     if (progress == "auto") c.progress = isatty(STDOUT_FILENO) ? ProgressStyle::Bar : ProgressStyle::Lines;
@@ -101,6 +111,9 @@ int main(int argc, char** argv) {
       std::cout << "Fashion-MNIST: " << data.train->size() << " training and " << data.test->size()
                 << " test examples; MLP " << architecture_name(c.hidden) << ", " << c.optimizer << ", lr " << c.lr
                 << ", batch " << c.batch_size << ", schedule " << c.schedule << "\n";
+      if (world > 1)
+        std::cout << world << " processes (" << c.group->backend_name() << "), each " << c.group->device()
+                  << ", a slice of every batch\n";
     }
     const TrainingResult result = train(c, data, std::cout);
     if (!result.history.empty() && c.progress != ProgressStyle::Quiet) {
@@ -108,6 +121,9 @@ int main(int argc, char** argv) {
                 << result.history.back().epoch << "\n";
     }
   } catch (const Error& e) {
+    // Over several processes an error may be this rank's alone while the others wait in a
+    // collective: end the whole job (Note [a failed rank] in parallel/process_group.h).
+    if (world > 1) parallel::abort_job(1, "fashion_mnist: rank " + std::to_string(rank) + ": " + e.what());
     std::cerr << "fashion_mnist: " << e.what() << "\n";
     return 1;
   }
