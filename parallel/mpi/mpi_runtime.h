@@ -18,6 +18,14 @@
 // the job (Note [a failed rank]).
 #pragma once
 
+// The MPI C API only: Open MPI's and MPICH's deprecated C++ bindings stay out (they do not build
+// warning-free).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <functional>
