@@ -165,7 +165,7 @@ class MpiProcessGroup final : public ProcessGroup {
                                                      " tensor(s) on rank " + std::to_string(rank()) + " of " +
                                                      std::to_string(world_size()));
     MPI_Comm comm = comm_;
-    mpi::submit([work, call = std::move(call), comm] {
+    auto job = [work, call = std::move(call), comm] {
       std::exception_ptr error;
       try {
         call(comm);
@@ -173,7 +173,11 @@ class MpiProcessGroup final : public ProcessGroup {
         error = std::current_exception();
       }
       work->complete(error);
-    });
+    };
+    size_t bytes = 0;
+    for (const DeviceTensors& g : groups) bytes += static_cast<size_t>(g[0].numel()) * dtype_size(g[0].dtype());
+    if (bytes <= mpi::kInlineBytes && mpi::try_run_inline(job)) return work;  // Note [small collectives run inline]
+    mpi::submit(std::move(job));
     return work;
   }
 

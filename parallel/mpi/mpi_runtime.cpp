@@ -50,13 +50,13 @@ class Runtime {
       MINIDL_CHECK(!already, "MPI: MPI was initialised outside minidl; minidl initialises it itself (on its MPI "
                    "thread, Note [MPI's thread level]), so a program must not call MPI_Init");
       int provided = MPI_THREAD_SINGLE;
-      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
       MINIDL_CHECK(rc == MPI_SUCCESS, "MPI: MPI_Init_thread failed with code ", rc);
-      if (provided < MPI_THREAD_FUNNELED) {
+      if (provided < MPI_THREAD_SERIALIZED) {
         MPI_Finalize();
         throw Error(std::string("MPI: the MPI library provides only ") + thread_level_name(provided) +
-                    "; minidl needs MPI_THREAD_FUNNELED (every MPI call is made by one thread that is not the "
-                    "program's only thread)");
+                    "; minidl needs MPI_THREAD_SERIALIZED (MPI is called from the MPI thread and, for small "
+                    "collectives, from the thread that launches them, never from two at once)");
       }
       // Errors are return codes (checked by MINIDL_MPI_CHECK), not MPI's default abort.
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -100,6 +100,27 @@ class Runtime {
     if (error) std::rethrow_exception(error);
   }
 
+  // Note [small collectives run inline] in mpi_runtime.h.
+  bool try_run_inline(const std::function<void()>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!jobs_.empty() || busy_) return false;
+      busy_ = true;
+    }
+    struct Release {
+      Runtime& r;
+      ~Release() {
+        {
+          std::lock_guard<std::mutex> lock(r.mutex_);
+          r.busy_ = false;
+        }
+        r.added_.notify_all();
+      }
+    } release{*this};
+    job();
+    return true;
+  }
+
   bool active() {
     std::lock_guard<std::mutex> lock(init_mutex_);
     return initialized_ && !finalized_;
@@ -111,12 +132,18 @@ class Runtime {
       std::function<void()> job;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        added_.wait(lock, [&] { return !jobs_.empty(); });
+        added_.wait(lock, [&] { return !jobs_.empty() && !busy_; });
         job = std::move(jobs_.front());
         jobs_.pop_front();
+        busy_ = job != nullptr;
       }
       if (!job) return;  // the exit handler's stop mark
       job();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        busy_ = false;
+      }
+      added_.notify_all();
     }
   }
 
@@ -140,6 +167,7 @@ class Runtime {
   std::mutex mutex_;
   std::condition_variable added_;
   std::deque<std::function<void()>> jobs_;
+  bool busy_ = false;  // a job is running (on the MPI thread or inline): MPI is in use
 };
 
 }  // namespace
@@ -148,6 +176,7 @@ void ensure_initialized() { Runtime::get().ensure_initialized(); }
 void submit(std::function<void()> job) { Runtime::get().submit(std::move(job)); }
 void run(const std::function<void()>& job) { Runtime::get().run(job); }
 bool active() { return Runtime::get().active(); }
+bool try_run_inline(const std::function<void()>& job) { return Runtime::get().try_run_inline(job); }
 
 void check(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
