@@ -11,7 +11,7 @@
 // core busy while it waits for the other ranks; on a machine with as many processes as cores,
 // that core is the one the process's own backward (or another rank) needs. So the MPI thread
 // starts each collective as a nonblocking one (MPI_Iallreduce, ...) and waits with MPI_Test,
-// spinning briefly, then sleeping in growing steps up to kMaxSleepMicros — the core goes back
+// spinning for kSpin, then sleeping in growing steps up to kMaxSleepMicros — the core goes back
 // to the computation, for a latency of at most that sleep.
 //
 // all_reduce(average) is MPI_SUM, then a division by the world size on this process; int64
@@ -45,17 +45,19 @@ MPI_Datatype mpi_dtype(DType dtype) {
   throw Error("mpi process group: unknown dtype");
 }
 
-constexpr int kSpinTests = 64;          // MPI_Test calls before the first sleep
-constexpr int64_t kMaxSleepMicros = 200;  // the longest sleep between two MPI_Test calls
+constexpr auto kSpin = std::chrono::microseconds(50);  // MPI_Test back to back this long, then sleep
+constexpr int64_t kMaxSleepMicros = 200;                // the longest sleep between two MPI_Test calls
 
-// Note [waiting without spinning].
+// Note [waiting without spinning]. The short spin first keeps the latency of a collective whose
+// peers are already there (a small one, on a quiet machine) at MPI's own.
 void wait_for(MPI_Request& request, const char* call) {
+  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
   int64_t sleep_micros = 1;
-  for (int tests = 0;; ++tests) {
+  for (;;) {
     int done = 0;
     mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
     if (done) return;
-    if (tests < kSpinTests) continue;
+    if (std::chrono::steady_clock::now() < spin_until) continue;
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_micros));
     sleep_micros = std::min(kMaxSleepMicros, 2 * sleep_micros);
   }
