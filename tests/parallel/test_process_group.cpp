@@ -2,6 +2,11 @@
 // The collectives over 2 and 3 processes are tested by tests/parallel/mpi/mpi_check under mpiexec.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/ops.h"
 #include "nn/nn.h"
 #include "parallel/distributed_data_parallel.h"
@@ -59,4 +64,24 @@ TEST_CASE("DistributedDataParallel over one process is the plain model", "[paral
   CHECK_THAT(error_message([&] { ddp.clone(); }), Catch::Contains("cannot be cloned"));
   // One rank always agrees with itself.
   CHECK_NOTHROW(parallel::check_same_on_every_rank(*group, "flags", {"--lr 0.1", "--batch-size 64"}));
+}
+
+TEST_CASE("a launch with several processes is recognised from the launchers' environment", "[parallel][mpi]") {
+  // What lets a build without MPI refuse an mpirun launch instead of training N times alone.
+  const char* names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* name : names) {
+    if (const char* v = std::getenv(name)) saved.emplace_back(name, v);
+    unsetenv(name);
+  }
+  CHECK_FALSE(parallel::launched_with_several_processes());
+  setenv("PMI_SIZE", "1", 1);  // one process: not several
+  CHECK_FALSE(parallel::launched_with_several_processes());
+  setenv("PMI_SIZE", "3", 1);
+  CHECK(parallel::launched_with_several_processes());
+  unsetenv("PMI_SIZE");
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  CHECK(parallel::launched_with_several_processes());
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
 }
