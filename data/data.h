@@ -3,6 +3,7 @@
 
 #include "data/dataloader.h"
 #include "data/dataset.h"
+#include "data/distributed_sampler.h"
 #include "data/idx.h"
 #include "data/mnist.h"
 #include "data/random_dataset.h"

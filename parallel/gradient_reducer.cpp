@@ -8,6 +8,19 @@
 // each with its own loss, the mean over its own batch; across processes the gradients must
 // then be averaged. So the reduced sum is scaled by local_size / world_size — exactly 1 for
 // the in-process communicators — and DataParallel needs no change when such a backend comes.
+//
+// Note [buckets across processes]
+// Over a process group every process runs its own backward, and MPI and NCCL match collectives
+// by the order in which each process launches them. Within one process the hooks of the
+// replicas are ordered by the one thread running backward; across processes they are not, when
+// a parameter gets no gradient on some ranks (a branch that one rank's data skips): a bucket could
+// complete first on one rank and last on another. So across processes buckets are launched in
+// index order: a complete bucket waits until those before it have launched (the index order is
+// the order backward produces them, gradient_bucket.h, so little overlap is lost). And whether a
+// parameter got a gradient at all must be agreed too — else one rank would step a parameter the
+// others leave alone: each flat buffer carries one flag per parameter after the gradients (1 when
+// this process produced it), summed with them; a parameter whose flag sum is 0 got no gradient on
+// any rank and keeps its .grad, as on one device; the others get the average, zeros included.
 #include "parallel/gradient_reducer.h"
 
 #include <algorithm>
@@ -51,6 +64,7 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> replica_params
   MINIDL_CHECK(world >= replicas && world % replicas == 0, "GradientReducer: world size ", world,
                " is not a multiple of the ", replicas, " local device(s)");
   gradient_scale_ = static_cast<double>(replicas) / static_cast<double>(world);
+  across_processes_ = world > replicas;
 
   buckets_ = assign_buckets(params_[0], bucket_cap_bytes);
   bucket_of_.assign(params_[0].size(), 0);
@@ -62,12 +76,18 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> replica_params
     }
     DeviceTensors flat;
     for (int r = 0; r < replicas && world > 1; ++r)  // Note [one participant]
-      flat.push_back(zeros(Shape{buckets_[b].numel}, TensorOptions(buckets_[b].dtype, communicator_->devices()[r])));
+      flat.push_back(zeros(Shape{buckets_[b].numel + flag_count(b)},
+                           TensorOptions(buckets_[b].dtype, communicator_->devices()[r])));
     flat_.push_back(std::move(flat));
   }
   ready_.assign(replicas, std::vector<char>(params_[0].size(), 0));
   pending_.assign(buckets_.size(), 0);
   work_.assign(buckets_.size(), nullptr);
+  complete_.assign(buckets_.size(), 0);
+}
+
+int64_t GradientReducer::flag_count(size_t b) const {
+  return across_processes_ ? static_cast<int64_t>(buckets_[b].params.size()) : 0;
 }
 
 GradientReducer::~GradientReducer() { abandon_backward(); }
@@ -81,13 +101,15 @@ void GradientReducer::register_hooks() {
       });
 }
 
-void GradientReducer::prepare_for_forward(int replicas_used) {
+void GradientReducer::prepare_for_forward(int replicas_used, bool sync) {
   if (in_backward_) abandon_backward();  // a backward that threw before its end-of-backward callback
+  sync_next_ = sync;
   expected_replicas_ = backward_since_forward_ ? replicas_used : std::max(expected_replicas_, replicas_used);
   backward_since_forward_ = false;
 }
 
 void GradientReducer::on_gradient_ready(int replica, size_t param, const Tensor& grad) {
+  if (!in_backward_ && !sync_next_) return;  // no_sync: .grad accumulates as without the reducer
   try {
     if (!in_backward_) {
       in_backward_ = true;
@@ -108,8 +130,17 @@ void GradientReducer::on_gradient_ready(int replica, size_t param, const Tensor&
     if (ready_[replica][param]) return;
     ready_[replica][param] = 1;
     if (replica < pass_replicas_ && --pending_[b] == 0) {
-      launch(b);
-      ++sync_.launched_during_backward;
+      complete_[b] = 1;
+      // In one process a bucket launches once complete; across processes in index order too
+      // (Note [buckets across processes]).
+      if (!across_processes_) {
+        launch(b);
+        ++sync_.launched_during_backward;
+      }
+      while (across_processes_ && next_launch_ < buckets_.size() && complete_[next_launch_]) {
+        launch(next_launch_++);
+        ++sync_.launched_during_backward;
+      }
     }
   } catch (...) {
     abandon_backward();  // backward stops here; its queued callback is dropped with it
@@ -128,6 +159,12 @@ void GradientReducer::launch(size_t b) {
     for (size_t i = 0; i < bucket.params.size(); ++i)
       if (!ready_[r][bucket.params[i]])
         flat_[b][r].narrow(0, bucket.offsets[i], params_[r][bucket.params[i]].numel()).zero_();
+  }
+  if (across_processes_) {  // the "used" flags (Note [buckets across processes]): one replica per process
+    std::vector<double> used(bucket.params.size());
+    for (size_t i = 0; i < bucket.params.size(); ++i) used[i] = ready_[0][bucket.params[i]] ? 1.0 : 0.0;
+    const auto count = static_cast<int64_t>(used.size());
+    flat_[b][0].narrow(0, bucket.numel, count).copy_(from_vector(used, Shape{count}).to(flat_[b][0].dtype()));
   }
   work_[b] = communicator_->all_reduce(flat_[b], ReduceOp::Sum);
 }
@@ -158,8 +195,14 @@ void GradientReducer::finish_backward() {
     std::rethrow_exception(error);
   }
 
+  std::vector<char> used_anywhere(params_[0].size(), 0);  // Note [buckets across processes]
+  for (size_t b = 0; across_processes_ && b < buckets_.size(); ++b) {
+    const Tensor flags = flat_[b][0].narrow(0, buckets_[b].numel, flag_count(b)).to(Device::cpu()).to(DType::Float64);
+    const std::vector<double> sums = flags.to_vector<double>();
+    for (size_t i = 0; i < sums.size(); ++i) used_anywhere[buckets_[b].params[i]] = sums[i] > 0.5;
+  }
   for (size_t p = 0; p < params_[0].size(); ++p) {
-    bool any = false;
+    bool any = used_anywhere[p];
     for (const auto& ready : ready_) any = any || ready[p];
     if (!any) continue;  // no replica used it: its .grad stays as it is, as on one device
     Tensor& param = params_[0][p];
@@ -195,6 +238,8 @@ void GradientReducer::reset_pass_state() {
     for (Tensor& p : params_[r]) p.set_grad(Tensor());
   for (auto& ready : ready_) std::fill(ready.begin(), ready.end(), 0);
   std::fill(work_.begin(), work_.end(), nullptr);
+  std::fill(complete_.begin(), complete_.end(), 0);
+  next_launch_ = 0;
   in_backward_ = false;
   backward_since_forward_ = true;
   sync_ = GradientSyncStats{};

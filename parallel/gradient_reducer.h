@@ -40,7 +40,9 @@ class GradientReducer : public std::enable_shared_from_this<GradientReducer> {
 
   // Called by each forward: replicas 0..count-1 ran it, so their gradients are awaited before
   // a bucket launches (the others contribute zeros). Also clears what a failed backward left.
-  void prepare_for_forward(int replicas_used);
+  // sync = false (DistributedDataParallel::no_sync): the next backward reduces nothing, and the
+  // gradients accumulate in .grad as without the reducer, to be reduced by a later backward.
+  void prepare_for_forward(int replicas_used, bool sync = true);
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   const GradientSyncStats& last_sync() const { return last_sync_; }
@@ -55,6 +57,7 @@ class GradientReducer : public std::enable_shared_from_this<GradientReducer> {
   // Waits for launched all-reduces (ignoring their errors) and forgets the pass's state.
   void abandon_backward() noexcept;
   void reset_pass_state();
+  int64_t flag_count(size_t bucket) const;  // "used" flags after the bucket's gradients (0 in one process)
 
   std::vector<std::vector<Tensor>> params_;  // [replica][param]
   std::shared_ptr<Communicator> communicator_;
@@ -63,6 +66,13 @@ class GradientReducer : public std::enable_shared_from_this<GradientReducer> {
   std::vector<int64_t> offset_of_;          // [param] -> element offset in its bucket
   std::vector<DeviceTensors> flat_;         // [bucket][replica]: the flat buffers, persistent
   double gradient_scale_ = 1.0;             // Note [sum over replicas, average over processes]
+  bool across_processes_ = false;           // Note [buckets across processes]
+
+  // Note [buckets across processes]: launched in index order, each flat buffer followed by one
+  // "used" flag per parameter.
+  std::vector<char> complete_;  // [bucket]: every awaited gradient arrived, not yet launched
+  size_t next_launch_ = 0;      // the lowest bucket not launched yet
+  bool sync_next_ = true, pass_sync_ = true;
 
   // State of the backward pass in progress (touched only by the thread running backward).
   bool in_backward_ = false;

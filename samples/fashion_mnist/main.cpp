@@ -4,12 +4,14 @@
 //   fashion_mnist                                   # 10 epochs, SGD momentum + cosine, CPU
 //   fashion_mnist --checkpoint run.safetensors --metrics run.csv --plot run.png
 //   fashion_mnist --resume run.safetensors --checkpoint run.safetensors   # continue that run
+//   mpirun -n 2 fashion_mnist --checkpoint run.safetensors   # one process per device (docs/distributed.md)
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "data/mnist.h"
+#include "parallel/process_group.h"
 #include "samples/fashion_mnist/trainer.h"
 #include "samples/common/flags.h"
 
@@ -79,7 +81,15 @@ int main(int argc, char** argv) {
       "must exist and be writable; they are checked before training starts.");
   CLI11_PARSE(app, argc, argv);
 
+  int world = 1, rank = 0;
   try {
+    // Started by an MPI launcher with several processes: one process per device, rank 0 speaks.
+    if (parallel::launched_with_several_processes()) {
+      c.group = parallel::make_process_group();
+      world = c.group->world_size();
+      rank = c.group->rank();
+      if (rank != 0) progress = "none";
+    }
     c.hidden = samples::parse_hidden_sizes(hidden);
     c.devices = samples::split_flag_list(devices, "--devices", "cuda:0,cuda:1");
     if (progress == "auto") c.progress = isatty(STDOUT_FILENO) ? ProgressStyle::Bar : ProgressStyle::Lines;
@@ -92,6 +102,9 @@ int main(int argc, char** argv) {
       std::cout << "Fashion-MNIST: " << data.train->size() << " training and " << data.test->size()
                 << " test examples; MLP " << architecture_name(c.hidden) << ", " << c.optimizer << ", lr " << c.lr
                 << ", batch " << c.batch_size << ", schedule " << c.schedule << "\n";
+      if (world > 1)
+        std::cout << world << " processes (" << c.group->backend_name() << "), each " << c.group->device()
+                  << ", a slice of every batch\n";
     }
     const TrainingResult result = train(c, data, std::cout);
     if (!result.history.empty() && c.progress != ProgressStyle::Quiet) {
@@ -99,8 +112,12 @@ int main(int argc, char** argv) {
                 << result.history.back().epoch << "\n";
     }
   } catch (const Error& e) {
+    // Over several processes an error may be this rank's alone while the others wait in a
+    // collective: end the whole job (Note [a failed rank] in parallel/process_group.h).
     const std::string what = e.what();  // the trainer's own messages already start with the name
-    std::cerr << (what.rfind("fashion_mnist:", 0) == 0 ? "" : "fashion_mnist: ") << what << "\n";
+    const std::string shown = (what.rfind("fashion_mnist:", 0) == 0 ? "" : "fashion_mnist: ") + what;
+    if (world > 1) parallel::abort_job(1, shown + " (rank " + std::to_string(rank) + ")");
+    std::cerr << shown << "\n";
     return 1;
   }
   return 0;

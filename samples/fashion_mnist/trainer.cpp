@@ -30,6 +30,7 @@
 #include "nn/loss.h"
 #include "optim/optim.h"
 #include "parallel/data_parallel.h"
+#include "parallel/distributed_data_parallel.h"
 #include "samples/fashion_mnist/checkpoint.h"
 #include "samples/fashion_mnist/metrics.h"
 #include "samples/fashion_mnist/progress.h"
@@ -181,6 +182,28 @@ Evaluation evaluate(nn::Sequential& model, const data::TensorDataset& test, Devi
   return {loss_sum / static_cast<double>(n), correct / static_cast<double>(n)};
 }
 
+// Over several processes: flags every rank must share (a clear error naming the first that
+// differs, on every rank), and batches that every rank gets rows of.
+void check_processes(const TrainerConfig& c, parallel::ProcessGroup& group, int64_t train_size) {
+  MINIDL_CHECK(c.devices.size() <= 1, "fashion_mnist: --devices (data parallel in one process) and several processes ",
+               "(", group.world_size(), ", started by the MPI launcher) do not go together; start one process per device");
+  std::vector<std::string> lines;
+  for (const auto& [key, value] : hyperparameters_of(c)) lines.push_back(key + " " + value);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"epochs", std::to_string(c.epochs)},         {"batch-size", std::to_string(c.batch_size)},
+           {"seed", std::to_string(c.seed)},             {"training examples", std::to_string(train_size)},
+           {"resume", c.resume},                         {"stop-after-batches", std::to_string(c.stop_after_batches)},
+           {"checkpoint-every", std::to_string(c.checkpoint_every)}})
+    lines.push_back(key + " " + value);
+  parallel::check_same_on_every_rank(group, "fashion_mnist: the configuration", lines);
+  const int64_t world = group.world_size(), last = train_size % c.batch_size;
+  MINIDL_CHECK(c.batch_size >= world && (last == 0 || last >= world), "fashion_mnist: a batch of ",
+               c.batch_size < world ? c.batch_size : last, " examples (",
+               c.batch_size < world ? "--batch-size" : "the last of the epoch", ") cannot be shared by ", world,
+               " processes, each needs at least one example; choose --batch-size (and --limit) so that every batch "
+               "has at least ", world);
+}
+
 std::string epoch_line(const EpochMetrics& m, int64_t epochs, double seconds) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
@@ -225,16 +248,30 @@ Datasets load_datasets(const TrainerConfig& config) {
 TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out) {
   check_config(config);
   MINIDL_CHECK(data.train && data.test, "fashion_mnist: train: the datasets are not loaded");
-  const Device device = resolve_device(config);
+  // Note [a slice of every batch]: over several processes every rank builds the same batches
+  // (the loader's order is a function of (seed, epoch)) and trains on rows
+  // [n*rank/world, n*(rank+1)/world) of each; its loss, the mean over its rows, is weighted by
+  // rows*world/n so that the average DistributedDataParallel takes is the global batch's mean
+  // (a weight of 1 when the rows split evenly). The loader position, hence the checkpoint, is
+  // the same on every rank.
+  const int world = config.group ? config.group->world_size() : 1;
+  const int rank = config.group ? config.group->rank() : 0;
+  const bool lead = rank == 0;  // evaluates, writes metrics, plots and checkpoints
+  if (world > 1) check_processes(config, *config.group, data.train->size());
+  const Device device = world > 1 ? config.group->device() : resolve_device(config);
 
   manual_seed(config.seed);
   auto model = make_mlp(config.hidden);
   model->to(device);
+  std::shared_ptr<parallel::DistributedDataParallel> ddp;
+  if (world > 1) ddp = std::make_shared<parallel::DistributedDataParallel>(model, config.group);
   // Several devices: the loop trains through the wrapper; optimizer, checkpoints and
   // evaluation use the model itself (the wrapper's replica 0).
   std::shared_ptr<parallel::DataParallel> dp;
   if (config.devices.size() > 1) dp = std::make_shared<parallel::DataParallel>(model, parallel_devices(config));
-  nn::Module& trained = dp ? static_cast<nn::Module&>(*dp) : static_cast<nn::Module&>(*model);
+  nn::Module& trained = dp    ? static_cast<nn::Module&>(*dp)
+                        : ddp ? static_cast<nn::Module&>(*ddp)
+                              : static_cast<nn::Module&>(*model);
   const optim::NamedParameters names = model->named_parameters();
   auto optimizer = make_optimizer(config, model->parameters());
   auto scheduler = make_scheduler(config, *optimizer);
@@ -317,13 +354,26 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     const auto start = std::chrono::steady_clock::now();
 
     for (auto it = loader.begin(); it != loader.end(); ++it) {
-      const Tensor x = it->x.to(device), y = it->y.to(device);
-      optimizer->zero_grad();
-      const Tensor loss = criterion(trained(x), y);
-      loss.backward();
-      optimizer->step();
+      Tensor x = it->x.to(device), y = it->y.to(device);
       const int64_t n = y.shape()[0];
-      const double batch_loss = loss.item();
+      const int64_t begin = n * rank / world, rows = n * (rank + 1) / world - begin;  // Note [a slice of every batch]
+      if (world > 1) {
+        x = x.narrow(0, begin, rows);
+        y = y.narrow(0, begin, rows);
+      }
+      optimizer->zero_grad();
+      const double weight = static_cast<double>(rows * world) / static_cast<double>(n);
+      const Tensor loss = criterion(trained(x), y);
+      (weight == 1.0 ? loss : loss * weight).backward();
+      optimizer->step();
+      double batch_loss = loss.item();
+      if (world > 1) {  // the global batch's mean loss: Σ_ranks rows/n * (mean over the rank's rows)
+        // float64 where the device computes in it (the CPU); CUDA collectives carry float32.
+        Tensor share = full(Shape{1}, batch_loss * static_cast<double>(rows) / static_cast<double>(n),
+                            TensorOptions(device.is_cuda() ? DType::Float32 : DType::Float64, device));
+        config.group->all_reduce_(share, parallel::ReduceOp::Sum);
+        batch_loss = share.item();
+      }
       const data::DataLoaderState pos = loader.state();
       const bool last = pos.batch == 0;  // the position rolled over to the next epoch
       const int64_t done = last ? loader.size() : pos.batch;
@@ -340,7 +390,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
       stopped = config.stop_after_batches > 0 && batches_run >= config.stop_after_batches;
       if (last) break;  // the epoch's end is handled below (evaluation, then the checkpoint)
       const bool due = config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
-      if (!config.checkpoint.empty() && (due || stopped)) save(epoch, done);
+      if (lead && !config.checkpoint.empty() && (due || stopped)) save(epoch, done);
       if (stopped) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -351,8 +401,8 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     }
 
     if (scheduler) scheduler->step();
-    const Evaluation eval = evaluate(*model, *data.test, device);
-    if (!std::isfinite(eval.loss)) throw diverged("test loss", eval.loss, "after epoch " + std::to_string(epoch + 1));
+    const Evaluation eval = lead ? evaluate(*model, *data.test, device) : Evaluation{};
+    if (lead && !std::isfinite(eval.loss)) throw diverged("test loss", eval.loss, "after epoch " + std::to_string(epoch + 1));
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.train_loss = loss_sum / static_cast<double>(samples);
@@ -364,12 +414,12 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     loss_sum = 0;
     samples = 0;
     progress.finish(epoch_line(m, config.epochs, seconds));
-    if (!config.metrics.empty()) write_metrics_csv(config.metrics, result.history);
-    if (!config.checkpoint.empty()) save(epoch, loader.size());
+    if (lead && !config.metrics.empty()) write_metrics_csv(config.metrics, result.history);
+    if (lead && !config.checkpoint.empty()) save(epoch, loader.size());
   }
   result.finished = loader.state().epoch >= config.epochs;
 
-  if (!config.plot.empty()) {
+  if (lead && !config.plot.empty()) {
     const std::string why = plot_metrics(config.plot, result.history);
     if (config.progress != ProgressStyle::Quiet) {
       if (why.empty()) out << "plot: " << config.plot << "\n";

@@ -14,6 +14,10 @@
 #include "data/dataset.h"
 #include "nn/sequential.h"
 
+namespace minidl::parallel {
+class ProcessGroup;
+}
+
 namespace minidl::fashion_mnist {
 
 enum class ProgressStyle {
@@ -51,6 +55,11 @@ struct TrainerConfig {
   // first: splits a run in pieces that --resume joins (the resume test uses it).
   int64_t stop_after_batches = 0;
   ProgressStyle progress = ProgressStyle::Lines;
+  // Several processes (started by mpirun/srun; parallel::DistributedDataParallel): this run's
+  // process group. Every process loads the same batches and trains on its slice of each, so the
+  // global batch is --batch-size as in one process; rank 0 alone evaluates and writes metrics,
+  // plots and checkpoints; every rank resumes from the checkpoint. Null: one process.
+  std::shared_ptr<parallel::ProcessGroup> group;
 };
 
 // One row of the metrics CSV. train_loss is the mean over the epoch's examples; lr is the lr
