@@ -70,9 +70,12 @@ class DataLoader {
     int64_t batch_;
   };
 
-  Iterator begin();  // starts the next epoch (at the batch load_state set, else at batch 0)
+  // Starts the next epoch (at the batch load_state set, else at batch 0), with at most one
+  // worker per batch left. A worker thread the system refuses is a minidl::Error, after which
+  // the loader stands where it stood (the next begin() starts the same epoch).
+  Iterator begin();
   Iterator end();
-  int64_t size() const;  // batches per epoch
+  int64_t size() const;  // batches per epoch (a batch_size beyond the dataset: 1, or 0 with drop_last)
   void set_epoch(int64_t epoch) { next_epoch_ = epoch; }  // the next begin() starts this epoch
   int64_t epoch() const { return current_epoch_; }       // the epoch last started (-1 before any)
 
