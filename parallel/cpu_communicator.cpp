@@ -3,6 +3,9 @@
 #include "parallel/cpu_communicator.h"
 
 #include <cstring>
+#include <string>
+
+#include "core/start_thread.h"
 
 namespace minidl::parallel {
 
@@ -57,7 +60,10 @@ CpuCommunicator::CpuCommunicator(std::vector<Device> devices, size_t inline_byte
   for (const Device& d : this->devices())
     MINIDL_CHECK(d.is_cpu(), "CpuCommunicator: every device must be the CPU, got ", device_list_str(this->devices()));
   try {
-    for (int w = 0; w < worker_count_; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+    for (int w = 0; w < worker_count_; ++w) {
+      const std::string who = "CpuCommunicator: worker " + std::to_string(w + 1) + " of " + std::to_string(worker_count_);
+      workers_.push_back(start_thread(who, [this, w] { worker_loop(w); }));
+    }
   } catch (...) {
     stop_workers();  // a thread could not start: join those that did before rethrowing
     throw;

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "core/start_thread.h"
 #include "parallel/cpu_communicator.h"
 #include "parallel/data_parallel.h"
+#include "tests/error_message.h"
 
 using namespace minidl;
 using namespace minidl::parallel;
@@ -200,4 +202,15 @@ TEST_CASE("the CUDA communicator is NCCL's where the build has it, else a clear 
   else
     CHECK_THROWS_WITH(make_cuda_communicator(missing), Catch::Contains("no NCCL communicator") &&
                                                            Catch::Contains(listed));
+}
+
+TEST_CASE("cpu communicator: a worker thread the system refuses is a minidl::Error and the started ones are joined",
+          "[parallel][threads]") {
+  minidl::testing::fail_thread_starts_after(1);  // worker 1 starts, worker 2 is refused
+  const std::string message = minidl::testing::error_message(
+      [] { CpuCommunicator comm({Device::cpu(), Device::cpu(), Device::cpu()}); });
+  minidl::testing::fail_thread_starts_after(-1);
+  CHECK_THAT(message, Catch::Contains("CpuCommunicator: worker 2 of 3") && Catch::Contains("cannot start a thread"));
+  CpuCommunicator comm({Device::cpu(), Device::cpu()});  // nothing left behind: a new one starts
+  CHECK(comm.devices().size() == 2);
 }
