@@ -10,7 +10,6 @@
 //      algbw = bytes / time, busbw = algbw · 2(n-1)/n.
 // Medians over --repeats runs, the configurations timed in turn within each repeat. JSON lines on stdout, a table on stderr. --device cuda replicates
 // over every CUDA device (it needs the NCCL communicator); the default is CPU replicas.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/backend.h"
+#include "core/host_parallel.h"
 #include "core/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -140,7 +140,7 @@ void bench_steps(const Workload& w, Device device, const std::vector<int>& repli
                plain_us);
   std::printf("{\"bench\":\"dp_step\",\"model\":\"%s\",\"batch\":%lld,\"device\":\"%s\",\"impl\":\"plain\","
               "\"replicas\":1,\"threads\":%d,\"us_per_step\":%.2f}\n",
-              w.name.c_str(), (long long)w.batch, device.str().c_str(), omp_get_max_threads(), plain_us);
+              w.name.c_str(), (long long)w.batch, device.str().c_str(), host_threads(), plain_us);
 
   for (size_t c = 1; c < configs.size(); ++c) {
     StepConfig& cfg = configs[c];
@@ -177,7 +177,7 @@ void bench_steps(const Workload& w, Device device, const std::vector<int>& repli
     std::printf("{\"bench\":\"dp_step\",\"model\":\"%s\",\"batch\":%lld,\"device\":\"%s\",\"impl\":\"data_parallel\","
                 "\"replicas\":%d,\"threads\":%d,\"us_per_step\":%.2f,\"overhead_vs_plain\":%.4f,\"comm_us\":%.2f,"
                 "\"comm_share\":%.4f,\"backward_wait_us\":%.2f,\"buckets\":%zu}\n",
-                w.name.c_str(), (long long)w.batch, device.str().c_str(), n, omp_get_max_threads(), dp_us,
+                w.name.c_str(), (long long)w.batch, device.str().c_str(), n, host_threads(), dp_us,
                 dp_us / plain_us - 1.0, comm_us, share, wait_us, dp.buckets().size());
   }
 }
@@ -238,8 +238,8 @@ int main(int argc, char** argv) {
       if (std::fscanf(f, "%lf", &load) != 1) load = -1;
       std::fclose(f);
     }
-    std::fprintf(stderr, "DataParallel benchmark on %s, %d OpenMP thread(s), medians of %d runs, load average %.2f\n",
-                 device.str().c_str(), omp_get_max_threads(), repeats, load);
+    std::fprintf(stderr, "DataParallel benchmark on %s, %d CPU kernel thread(s), medians of %d runs, load average %.2f\n",
+                 device.str().c_str(), host_threads(), repeats, load);
     bench_steps(Workload{"seed", [] { return std::make_shared<SimpleModel>(); }, 10, 10, 2}, device, replicas,
                 warmup * 100, seed_steps, repeats);
     bench_steps(Workload{"mlp", make_mlp, batch, 784, 10}, device, replicas, warmup, steps, repeats);

@@ -3,11 +3,9 @@
 // on the same data in the same run when it was found at configure time (MINIDL_HAVE_OPENBLAS).
 // Each case: fresh random data, one warm-up call, calls batched into samples of >= --min-ms,
 // --reps samples, the median reported; all minidl cases run before all OpenBLAS cases (see the
-// note in main). Threads: OMP_NUM_THREADS, which the CPU kernels' thread pool reads (as
-// omp_get_max_threads() does, so that reports the pool's count), and OpenBLAS is told the same
-// count. JSON lines on stdout, a table on stderr.
-#include <omp.h>
-
+// note in main). Threads: OMP_NUM_THREADS, which the CPU kernels' thread pool reads
+// (host_threads() reports the pool's count), and OpenBLAS is told the same count. JSON lines
+// on stdout, a table on stderr.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/backend.h"
+#include "core/host_parallel.h"
 #include "core/tensor.h"
 
 #ifdef MINIDL_HAVE_OPENBLAS
@@ -111,7 +110,7 @@ int main(int argc, char** argv) {
       {128, 256, 128, "fashion-mnist fc2 (batch 128)"},
       {128, 128, 10, "fashion-mnist fc3 (batch 128)"},
   };
-  const int threads = omp_get_max_threads();
+  const int threads = host_threads();
 #ifdef MINIDL_HAVE_OPENBLAS
   // OpenBLAS picks its kernels for this CPU unless OPENBLAS_CORETYPE forces older ones (an
   // AVX2-only "Haswell" on an AVX-512 machine makes the baseline look slower than it is).

@@ -1,5 +1,5 @@
 // bench/process_group: what the MPI process group and DistributedDataParallel cost, under an MPI
-// launcher (`mpirun -n 2 process_group_bench`; docs/distributed.md).
+// launcher (`mpirun -n 2 bench_process_group`; docs/distributed.md).
 //   1. All-reduce (sum, float32, in place) of 4 KiB to 64 MiB: the process group's
 //      all_reduce + wait, launched from the program's thread, against a bare blocking
 //      MPI_Allreduce of the same buffer on the MPI thread (the loop runs there, so the bare

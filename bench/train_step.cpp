@@ -8,7 +8,6 @@
 //     (a sweep) — what bench/torch_mlp_step.py times in PyTorch eager.
 // A warm-up, then --repeats runs of --steps steps; the median is one JSON line per case:
 //   {"bench":"seed_step","impl":"minidl","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/backend.h"
+#include "core/host_parallel.h"
 #include "core/tensor.h"
 #include "data/data.h"
 #include "kernels/cuda/gemm_impl.h"
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
                      device.str().c_str(), (long long)batch, us, repeats, (long long)steps);
         std::printf("{\"bench\":\"mlp_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"gemm\":\"%s\","
                     "\"threads\":%d,\"batch\":%lld,\"steps\":%lld,\"us_per_step\":%.3f}\n",
-                    device.str().c_str(), gemm_impl_name(gemm_impl()), omp_get_max_threads(), (long long)batch,
+                    device.str().c_str(), gemm_impl_name(gemm_impl()), host_threads(), (long long)batch,
                     (long long)steps, us);
       }
       return 0;
@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
                  device.str().c_str(), median, repeats, (long long)steps, sorted.front(), sorted.back());
     std::printf("{\"bench\":\"seed_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"threads\":%d,\"steps\":%lld,"
                 "\"us_per_step\":%.3f}\n",
-                device.str().c_str(), omp_get_max_threads(), (long long)steps, median);
+                device.str().c_str(), host_threads(), (long long)steps, median);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
     return 1;
