@@ -36,7 +36,8 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
                                     Tensor& save_mean, Tensor& save_invstd) {
   dispatch_floating(x.dtype(), "batch_norm_forward", [&](auto tag) {
     using T = decltype(tag);
-    const auto [N, C, S] = layout_of(x);
+    const Layout layout = layout_of(x);
+    const int64_t N = layout.n, C = layout.c, S = layout.s;  // plain variables: clang 14 cannot capture bindings
     const T* px = x.data<T>();
     T* mean = save_mean.data<T>();
     T* invstd = save_invstd.data<T>();
@@ -93,7 +94,8 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
                                      Tensor& dbias) {
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = decltype(tag);
-    const auto [N, C, S] = layout_of(x);
+    const Layout layout = layout_of(x);
+    const int64_t N = layout.n, C = layout.c, S = layout.s;  // plain variables: clang 14 cannot capture bindings
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     const T* mean = save_mean.data<T>();
