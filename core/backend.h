@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "core/conv_geometry.h"
 #include "core/tensor.h"
 
 namespace minidl {
@@ -172,6 +173,40 @@ class Backend {
   virtual MemoryStats memory_stats() = 0;
   virtual void empty_cache() = 0;
   virtual void reset_peak_memory_stats() = 0;
+
+  // ==== convolutional networks: NCHW convolution, pooling, batch norm, dropout ====
+  // Geometry (core/conv_geometry.h) is checked by the op layer: output sizes >= 1, channels
+  // divisible by groups, padding within what the window allows.
+  // y = conv2d(x, w) + b[c_out]; x [N, C_in, H, W], w [C_out, C_in/groups, KH, KW], b may be
+  // undefined. Lowered to the backend's GEMM through im2col (docs/conv-as-gemm.md).
+  virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                              const Conv2dGeometry& g) = 0;
+  // dx, dw, db from dy [N, C_out, H_out, W_out]; each output may be undefined (not needed).
+  virtual void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
+                               Tensor& db, const Conv2dGeometry& g) = 0;
+  // y = the maximum of each window (padding never wins); indices (int64, y's shape) holds the
+  // flat position ih·W + iw of that maximum in its input plane, the first one on ties.
+  virtual void max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const Pool2dGeometry& g) = 0;
+  // dx = 0, then dx[plane][indices] += dy (overlapping windows add up).
+  virtual void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx, const Pool2dGeometry& g) = 0;
+  virtual void avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeometry& g) = 0;
+  virtual void avg_pool2d_backward(const Tensor& dy, Tensor& dx, const Pool2dGeometry& g) = 0;
+  // Batch norm over x [N, C, S] (S = H·W) per channel c. training: mean and biased variance
+  // over (N, S) normalise x; running_mean/var (when defined) become (1 − momentum)·running +
+  // momentum·batch, with the unbiased variance. Evaluation: the running statistics normalise.
+  // y = (x − mean)·invstd·weight[c] + bias[c] (weight, bias may be undefined: 1 and 0);
+  // save_mean and save_invstd [C] receive the mean and 1/sqrt(var + eps) that were used.
+  virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                                  Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
+                                  Tensor& save_mean, Tensor& save_invstd) = 0;
+  // Gradients from the saved mean/invstd; training says whether they were batch statistics
+  // (which then depend on x) or constants. dx, dweight, dbias may be undefined.
+  virtual void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                                   const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight,
+                                   Tensor& dbias) = 0;
+  // mask[i] = 1/(1 − p) where Philox counter offset + i gives a uniform u < 1 − p, else 0
+  // (inverted dropout; p = 1 gives all zeros). mask is float32 or float64.
+  virtual void dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) = 0;
 };
 
 // The backend that owns `device`'s memory and kernels; throws when there is none (for

@@ -7,3 +7,8 @@
 #include "core/ops/reduce.h"
 #include "core/ops/softmax.h"
 #include "core/ops/view.h"
+// Convolutional networks: conv2d, pooling, batch norm, dropout.
+#include "core/ops/batch_norm.h"
+#include "core/ops/conv.h"
+#include "core/ops/dropout.h"
+#include "core/ops/pool.h"

@@ -8,3 +8,8 @@
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/sequential.h"
+// Convolutional networks.
+#include "nn/batch_norm.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/pool.h"

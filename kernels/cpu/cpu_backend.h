@@ -105,6 +105,22 @@ class CpuBackend final : public Backend {
   MemoryStats memory_stats() override;
   void empty_cache() override;
   void reset_peak_memory_stats() override;
+
+  // ---- convolutional networks (conv.cpp, pool.cpp, batch_norm.cpp, dropout.cpp) ----
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv2dGeometry& g) override;
+  void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db,
+                       const Conv2dGeometry& g) override;
+  void max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const Pool2dGeometry& g) override;
+  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx, const Pool2dGeometry& g) override;
+  void avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeometry& g) override;
+  void avg_pool2d_backward(const Tensor& dy, Tensor& dx, const Pool2dGeometry& g) override;
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                          Tensor& running_var, bool training, double momentum, double eps, Tensor& y, Tensor& save_mean,
+                          Tensor& save_invstd) override;
+  void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                           const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight,
+                           Tensor& dbias) override;
+  void dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) override;
 };
 
 // Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.

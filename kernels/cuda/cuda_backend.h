@@ -16,6 +16,7 @@
 //   softmax.cu       log_softmax / softmax forward and backward, on the row engine (row_engine.cuh)
 //   cross_entropy.cu softmax-cross-entropy (forward, backward, fused) and the target check
 //   optimizer.cu     fused SGD and Adam/AdamW updates
+//   conv.cu, pool.cu, batch_norm.cu, dropout.cu   the convolutional-network layers
 // Only float32 (and int64 for labels and indices) lives on a CUDA device, and the compute
 // methods run in float32 alone (computes_in); the op layer asks before it calls, so the
 // methods restate their dtype and shape assumptions as MINIDL_INTERNAL_ASSERTs (core/backend.h).
@@ -101,6 +102,22 @@ class CudaBackend final : public Backend {
   MemoryStats memory_stats() override;
   void empty_cache() override;
   void reset_peak_memory_stats() override;
+
+  // ---- convolutional networks (conv.cu, pool.cu, batch_norm.cu, dropout.cu) ----
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv2dGeometry& g) override;
+  void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db,
+                       const Conv2dGeometry& g) override;
+  void max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const Pool2dGeometry& g) override;
+  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx, const Pool2dGeometry& g) override;
+  void avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeometry& g) override;
+  void avg_pool2d_backward(const Tensor& dy, Tensor& dx, const Pool2dGeometry& g) override;
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                          Tensor& running_var, bool training, double momentum, double eps, Tensor& y, Tensor& save_mean,
+                          Tensor& save_invstd) override;
+  void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                           const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight,
+                           Tensor& dbias) override;
+  void dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) override;
 
  private:
   int device_;

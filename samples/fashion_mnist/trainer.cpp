@@ -26,7 +26,11 @@
 #include "data/dataloader.h"
 #include "data/mnist.h"
 #include "nn/activation.h"
+#include "nn/batch_norm.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
 #include "nn/linear.h"
+#include "nn/pool.h"
 #include "nn/loss.h"
 #include "optim/optim.h"
 #include "parallel/data_parallel.h"
@@ -78,6 +82,7 @@ void check_config(const TrainerConfig& c) {
                "fashion_mnist: --schedule must be cosine, step or none, got '", c.schedule, "'");
   for (int64_t h : c.hidden)
     MINIDL_CHECK(h > 0, "fashion_mnist: --hidden sizes must be positive, got ", h, " in ", architecture_name(c.hidden));
+  MINIDL_CHECK(c.model == "mlp" || c.model == "cnn", "fashion_mnist: --model must be mlp or cnn, got '", c.model, "'");
   MINIDL_CHECK(c.workers >= 0, "fashion_mnist: --workers must be >= 0, got ", c.workers);
   MINIDL_CHECK(c.limit >= 0 && c.test_limit >= 0, "fashion_mnist: --limit must be >= 0, got ", c.limit);
   MINIDL_CHECK(c.checkpoint_every >= 0, "fashion_mnist: --checkpoint-every must be >= 0, got ", c.checkpoint_every);
@@ -105,7 +110,7 @@ std::vector<Device> parallel_devices(const TrainerConfig& c) {
 // What a checkpoint must agree with to be continued by this config.
 std::map<std::string, std::string> hyperparameters_of(const TrainerConfig& c) {
   std::map<std::string, std::string> hp = {
-      {"architecture", architecture_name(c.hidden)},
+      {"architecture", c.model == "cnn" ? cnn_architecture_name() : architecture_name(c.hidden)},
       {"optimizer", c.optimizer},
       {"lr", format_exact(c.lr)},
       {"weight_decay", format_exact(c.weight_decay)},
@@ -128,9 +133,9 @@ void check_resumable(const Checkpoint& ck, const TrainerConfig& c) {
     return it == ck.hyperparameters.end() ? std::string("(none)") : it->second;
   };
   MINIDL_CHECK(saved("architecture") == own.at("architecture"), "fashion_mnist: refusing to resume from ", c.resume,
-               ": it holds an MLP ", saved("architecture"), " and this run builds ", own.at("architecture"),
-               " (--hidden ", c.hidden.empty() ? std::string("none") : join_sizes(c.hidden, ','),
-               "); pass the checkpoint's --hidden or start without --resume");
+               ": it holds a model ", saved("architecture"), " and this run builds ", own.at("architecture"),
+               " (--model ", c.model, ", --hidden ", c.hidden.empty() ? std::string("none") : join_sizes(c.hidden, ','),
+               "); pass the checkpoint's --model and --hidden or start without --resume");
   std::vector<std::string> differ;
   for (const auto& [key, value] : own) {
     if (key == "architecture" || (key == "epochs" && c.schedule == "none")) continue;
@@ -234,6 +239,32 @@ std::shared_ptr<nn::Sequential> make_mlp(const std::vector<int64_t>& hidden) {
   return model;
 }
 
+std::shared_ptr<nn::Sequential> make_cnn() {
+  const nn::Conv2dOptions same_size{.padding = {1, 1}};
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Unflatten>(1, std::vector<int64_t>{1, 28, 28}));  // [N, 1, 28, 28]
+  model->push_back(std::make_shared<nn::Conv2d>(1, 32, Size2{3, 3}, same_size));           // [N, 32, 28, 28]
+  model->push_back(std::make_shared<nn::BatchNorm2d>(32));
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::MaxPool2d>(Size2{2, 2}));                           // [N, 32, 14, 14]
+  model->push_back(std::make_shared<nn::Conv2d>(32, 64, Size2{3, 3}, same_size));          // [N, 64, 14, 14]
+  model->push_back(std::make_shared<nn::BatchNorm2d>(64));
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::MaxPool2d>(Size2{2, 2}));                           // [N, 64, 7, 7]
+  model->push_back(std::make_shared<nn::Flatten>());                                         // [N, 3136]
+  model->push_back(std::make_shared<nn::Dropout>(0.25));
+  model->push_back(std::make_shared<nn::Linear>(64 * 7 * 7, 128));
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::Linear>(128, kClasses));                             // [N, 10]
+  return model;
+}
+
+std::string cnn_architecture_name() { return "cnn-c32-c64-f128-10"; }
+
+std::shared_ptr<nn::Sequential> make_model(const TrainerConfig& config) {
+  return config.model == "cnn" ? make_cnn() : make_mlp(config.hidden);
+}
+
 Datasets load_datasets(const TrainerConfig& config) {
   const std::string dir = config.data_dir.empty() ? data::default_fashion_mnist_dir() : config.data_dir;
   data::MnistOptions train_opts, test_opts;
@@ -261,7 +292,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
   const Device device = world > 1 ? config.group->device() : resolve_device(config);
 
   manual_seed(config.seed);
-  auto model = make_mlp(config.hidden);
+  auto model = make_model(config);
   model->to(device);
   std::shared_ptr<parallel::DistributedDataParallel> ddp;
   if (world > 1) ddp = std::make_shared<parallel::DistributedDataParallel>(model, config.group);

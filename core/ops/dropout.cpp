@@ -1,0 +1,26 @@
+// dropout: a Philox mask of 0 and 1/(1 − p) (backend dropout_mask), then x · mask through
+// the elementwise multiply, whose gradient (dy · mask) is the dropout gradient.
+#include "core/ops/dropout.h"
+
+#include "core/backend.h"
+#include "core/ops/elementwise.h"
+
+namespace minidl::ops {
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  check_defined(x, "dropout", "x");
+  MINIDL_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got ", p, " (x ", x.shape(), ")");
+  MINIDL_CHECK(is_floating(x.dtype()), "dropout: x must be float32 or float64, got ", x.dtype(), " with shape ",
+               x.shape());
+  check_backend_computes(x, "dropout", "x");
+  if (!training || p == 0) return x;
+  Tensor mask = empty(x.shape(), x.options());  // no grad: a constant of the graph
+  if (mask.numel() > 0) {
+    Generator& g = gen ? *gen : default_generator();
+    const uint64_t seed = g.seed(), offset = g.reserve(static_cast<uint64_t>(mask.numel()));
+    backend_for(x.device()).dropout_mask(mask, p, seed, offset);
+  }
+  return mul(x, mask);
+}
+
+}  // namespace minidl::ops

@@ -1,0 +1,26 @@
+// CPU dropout mask (inverted dropout): mask[i] = 1/(1 − p) when the Philox uniform of counter
+// offset + i is below 1 − p, else 0. The op multiplies x by it in forward and dy by it in
+// backward (core/ops/dropout.cpp). Bandwidth-bound: one write per element, and ten Philox
+// rounds of integer multiplies per element, which is what limits it on the CPU.
+#include "core/philox.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace minidl::cpu {
+
+void CpuBackend::dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) {
+  dispatch_floating(mask.dtype(), "dropout_mask", [&](auto tag) {
+    using T = decltype(tag);
+    T* d = mask.data<T>();
+    const int64_t n = mask.numel();
+    const float keep = static_cast<float>(1.0 - p);
+    const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    parallel_rows(n, n, [&](int64_t i) {
+      // One 24-bit uniform per element, in float on every backend, so the mask is the same bits
+      // on the CPU and the GPU for the same seed.
+      const float u = philox::uniform_float(philox::block_for(seed, offset, static_cast<uint64_t>(i)));
+      d[i] = u < keep ? scale : T(0);
+    });
+  });
+}
+
+}  // namespace minidl::cpu
