@@ -55,8 +55,9 @@ bool mpi_available() {
 }
 
 bool launched_with_several_processes() {
-  // Open MPI, MPICH/Hydra (PMI), PMIx launchers, and Slurm's srun.
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"}) {
+  // Open MPI, MPICH/Hydra (PMI), PMIx launchers, and Slurm's srun (SLURM_STEP_NUM_TASKS: a job
+  // step's task count, which srun sets; SLURM_NTASKS is also set in a plain sbatch script).
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"}) {
     const char* value = std::getenv(name);
     if (value != nullptr && std::atoi(value) > 1) return true;
   }

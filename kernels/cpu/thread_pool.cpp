@@ -72,6 +72,7 @@ void ThreadPool::start_workers() {
   // Each worker starts from the word as it is now, before the first run publishes its own: a
   // thread that read work_ only once it was running could take that run's word as old news.
   const uint64_t now = work_.load(std::memory_order_acquire);
+  workers_.reserve(static_cast<size_t>(max_threads_ - 1));  // no reallocation (bad_alloc) beside a started thread
   try {
     for (int w = 1; w < max_threads_; ++w) {
       const std::string who = "cpu::ThreadPool: worker " + std::to_string(w) + " of " +

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
 
@@ -110,7 +110,7 @@ void im2col(CudaBackend& be, const Tensor& x, Tensor& col, const Conv2dGeometry&
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count) { return t.narrow(0, first, count); }
 
 // The op layer guarantees float32 operands on a CUDA device (computes_in); restated for debug builds.
-void assert_float32(const Tensor& t, const char* op, const char* what) {
+void assert_float32([[maybe_unused]] const Tensor& t, [[maybe_unused]] const char* op, [[maybe_unused]] const char* what) {
   MINIDL_INTERNAL_ASSERT(!t.defined() || t.dtype() == DType::Float32, op, ": ", what, " is ", t.dtype());
 }
 

@@ -45,6 +45,9 @@ class Runtime {
     thread_ = std::thread([this] { loop(); });
     try {
       run([&] {
+      // MPI cannot be initialised twice in a process: a second try after a refused thread level
+      // repeats the first refusal instead of blaming the program.
+      MINIDL_CHECK(refused_level_.empty(), refused_level_);
       int already = 0;
       MPI_Initialized(&already);
       MINIDL_CHECK(!already, "MPI: MPI was initialised outside minidl; minidl initialises it itself (on its MPI "
@@ -54,9 +57,10 @@ class Runtime {
       MINIDL_CHECK(rc == MPI_SUCCESS, "MPI: MPI_Init_thread failed with code ", rc);
       if (provided < MPI_THREAD_SERIALIZED) {
         MPI_Finalize();
-        throw Error(std::string("MPI: the MPI library provides only ") + thread_level_name(provided) +
-                    "; minidl needs MPI_THREAD_SERIALIZED (MPI is called from the MPI thread and, for small "
-                    "collectives, from the thread that launches them, never from two at once)");
+        refused_level_ = std::string("MPI: the MPI library provides only ") + thread_level_name(provided) +
+                         "; minidl needs MPI_THREAD_SERIALIZED (MPI is called from the MPI thread and, for small "
+                         "collectives, from the thread that launches them, never from two at once)";
+        throw Error(refused_level_);
       }
       // Errors are return codes (checked by MINIDL_MPI_CHECK), not MPI's default abort.
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -163,6 +167,7 @@ class Runtime {
 
   std::mutex init_mutex_;
   bool initialized_ = false, finalized_ = false;
+  std::string refused_level_;  // set when MPI refused the thread level (MPI was finalised then)
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable added_;

@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
         running_loss += loss.item();
         if (i % 10 == 9) {
           // The global batch's loss is the ranks' average (equal shards): one small all-reduce.
-          Tensor sum = full(Shape{1}, running_loss / 10, TensorOptions(DType::Float64, device));
+          // float64 where the device computes in it (the CPU); CUDA collectives carry float32.
+          Tensor sum = full(Shape{1}, running_loss / 10,
+                            TensorOptions(device.is_cuda() ? DType::Float32 : DType::Float64, device));
           group->all_reduce_(sum, parallel::ReduceOp::Average);
           if (rank == 0) std::printf("[%d, %5d] loss: %.3f\n", epoch + 1, i + 1, sum.item());
           running_loss = 0.0;
@@ -90,9 +92,10 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) std::printf("Finished Training\n");
   } catch (const Error& e) {
-    // An error of this rank alone would leave the others in a collective: end the job.
+    // An error of this rank alone would leave the others in a collective (or in the group's
+    // set-up, before world is known): end the job whenever a launcher started several processes.
     const std::string message = "distributed_data_parallel: rank " + std::to_string(rank) + ": " + e.what();
-    if (world > 1) parallel::abort_job(1, message);
+    if (world > 1 || parallel::launched_with_several_processes()) parallel::abort_job(1, message);
     std::cerr << message << "\n";
     return 1;
   }

@@ -120,7 +120,10 @@ int main(int argc, char** argv) {
     // collective: end the whole job (Note [a failed rank] in parallel/process_group.h).
     const std::string what = e.what();  // the trainer's own messages already start with the name
     const std::string shown = (what.rfind("fashion_mnist:", 0) == 0 ? "" : "fashion_mnist: ") + what;
-    if (world > 1) parallel::abort_job(1, shown + " (rank " + std::to_string(rank) + ")");
+    // The group's set-up may fail on some ranks only (before world is known): the launcher's
+    // word decides, not world.
+    if (world > 1 || parallel::launched_with_several_processes())
+      parallel::abort_job(1, shown + " (rank " + std::to_string(rank) + ")");
     std::cerr << shown << "\n";
     return 1;
   }

@@ -72,7 +72,9 @@ void check_output_path(const std::string& path, const char* flag) {
                dir.string(), " is not writable: ", std::strerror(errno));
 }
 
-void check_config(const TrainerConfig& c) {
+// `writes`: this process writes the outputs (rank 0 of several, or the only one); only a
+// writer checks their folders, so ranks on other machines need not see them.
+void check_config(const TrainerConfig& c, bool writes) {
   MINIDL_CHECK(c.epochs > 0, "fashion_mnist: --epochs must be positive, got ", c.epochs);
   MINIDL_CHECK(c.batch_size > 0, "fashion_mnist: --batch-size must be positive, got ", c.batch_size);
   MINIDL_CHECK(std::isfinite(c.lr) && c.lr >= 0, "fashion_mnist: --lr must be a finite number >= 0, got ", c.lr);
@@ -90,6 +92,7 @@ void check_config(const TrainerConfig& c) {
                "fashion_mnist: --checkpoint-every needs --checkpoint PATH to save to");
   MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
                c.stop_after_batches);
+  if (!writes) return;
   check_output_path(c.checkpoint, "--checkpoint");
   check_output_path(c.metrics, "--metrics");
   check_output_path(c.plot, "--plot");
@@ -277,7 +280,7 @@ Datasets load_datasets(const TrainerConfig& config) {
 }
 
 TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out) {
-  check_config(config);
+  check_config(config, !config.group || config.group->rank() == 0);
   MINIDL_CHECK(data.train && data.test, "fashion_mnist: train: the datasets are not loaded");
   // Note [a slice of every batch]: over several processes every rank builds the same batches
   // (the loader's order is a function of (seed, epoch)) and trains on rows
@@ -355,8 +358,9 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     ck.history = result.history;
     return ck;
   };
+  // Every rank records where the last save was (for the divergence message); rank 0 writes it.
   auto save = [&](int64_t epoch, int64_t batch) {
-    save_checkpoint(make_checkpoint(), config.checkpoint);
+    if (lead) save_checkpoint(make_checkpoint(), config.checkpoint);
     last_save = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch);
   };
   // Note [a diverged run stops]: the first NaN or infinite loss (training or test) ends the run
@@ -421,7 +425,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
       stopped = config.stop_after_batches > 0 && batches_run >= config.stop_after_batches;
       if (last) break;  // the epoch's end is handled below (evaluation, then the checkpoint)
       const bool due = config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
-      if (lead && !config.checkpoint.empty() && (due || stopped)) save(epoch, done);
+      if (!config.checkpoint.empty() && (due || stopped)) save(epoch, done);
       if (stopped) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -446,7 +450,7 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
     samples = 0;
     progress.finish(epoch_line(m, config.epochs, seconds));
     if (lead && !config.metrics.empty()) write_metrics_csv(config.metrics, result.history);
-    if (lead && !config.checkpoint.empty()) save(epoch, loader.size());
+    if (!config.checkpoint.empty()) save(epoch, loader.size());
   }
   result.finished = loader.state().epoch >= config.epochs;
 

@@ -68,7 +68,7 @@ TEST_CASE("DistributedDataParallel over one process is the plain model", "[paral
 
 TEST_CASE("a launch with several processes is recognised from the launchers' environment", "[parallel][mpi]") {
   // What lets a build without MPI refuse an mpirun launch instead of training N times alone.
-  const char* names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"};
+  const char* names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"};
   std::vector<std::pair<std::string, std::string>> saved;
   for (const char* name : names) {
     if (const char* v = std::getenv(name)) saved.emplace_back(name, v);
