@@ -7,22 +7,24 @@
 // them up. MPI_COMM_WORLD is duplicated, so minidl's collectives never mix with a program's own
 // MPI traffic; errors are return codes (MPI_ERRORS_RETURN), rethrown by wait() as minidl::Error.
 //
-// Note [waiting without spinning]: a blocking MPI call polls its progress engine and keeps a
-// core busy while it waits for the other ranks; on a machine with as many processes as cores,
-// that core is the one the process's own backward (or another rank) needs. So the MPI thread
-// starts each collective as a nonblocking one (MPI_Iallreduce, ...) and waits with MPI_Test,
-// spinning for kSpin, then sleeping in growing steps up to kMaxSleepMicros — the core goes back
-// to the computation, for a latency of at most that sleep.
+// Note [blocking calls on the MPI thread]: each collective is one blocking MPI call
+// (MPI_Allreduce, MPI_Bcast, MPI_Allgather, MPI_Barrier). The caller never waits in it — it
+// runs on the MPI thread while the caller's backward goes on — so nothing is gained by the
+// nonblocking forms (MPI_Iallreduce, ...), and much is lost: Open MPI runs those through a
+// separate, generic schedule (libnbc) that advances only while someone calls MPI_Test, and
+// polling them with sleeps between tests measured at 20-40% of the bandwidth of the blocking
+// call, polling without sleeps at 40-65% (bench_process_group, 2 processes on a 2-core VM).
+// The price of the blocking call is that MPI polls its progress engine while it waits for the
+// other ranks, keeping a core busy; see docs/distributed.md for what that costs when every
+// core also runs a process's computation.
 //
 // all_reduce(average) is MPI_SUM, then a division by the world size on this process; int64
 // has no average (as in NCCL). MPI counts are int: a tensor of more than 2^30 elements is
 // reduced and broadcast in pieces of 2^30.
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <memory>
-#include <thread>
 
 #include "parallel/host_collective_work.h"
 #include "parallel/mpi/mpi_runtime.h"
@@ -43,24 +45,6 @@ MPI_Datatype mpi_dtype(DType dtype) {
       return MPI_INT64_T;
   }
   throw Error("mpi process group: unknown dtype");
-}
-
-constexpr auto kSpin = std::chrono::microseconds(50);  // MPI_Test back to back this long, then sleep
-constexpr int64_t kMaxSleepMicros = 200;                // the longest sleep between two MPI_Test calls
-
-// Note [waiting without spinning]. The short spin first keeps the latency of a collective whose
-// peers are already there (a small one, on a quiet machine) at MPI's own.
-void wait_for(MPI_Request& request, const char* call) {
-  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
-  int64_t sleep_micros = 1;
-  for (;;) {
-    int done = 0;
-    mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
-    if (done) return;
-    if (std::chrono::steady_clock::now() < spin_until) continue;
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_micros));
-    sleep_micros = std::min(kMaxSleepMicros, 2 * sleep_micros);
-  }
 }
 
 template <typename T>
@@ -101,10 +85,8 @@ class MpiProcessGroup final : public ProcessGroup {
         const size_t item = dtype_size(t.dtype());
         for (int64_t start = 0; start < t.numel(); start += kMaxPiece) {
           const int count = static_cast<int>(std::min(kMaxPiece, t.numel() - start));
-          MPI_Request request = MPI_REQUEST_NULL;
-          MINIDL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, base + static_cast<size_t>(start) * item, count,
-                                          mpi_dtype(t.dtype()), MPI_SUM, comm, &request));
-          wait_for(request, "MPI_Iallreduce");
+          MINIDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + static_cast<size_t>(start) * item, count,
+                                         mpi_dtype(t.dtype()), MPI_SUM, comm));
         }
         if (op == ReduceOp::Average) {
           if (t.dtype() == DType::Float32) divide(t.data<float>(), t.numel(), world);
@@ -125,10 +107,7 @@ class MpiProcessGroup final : public ProcessGroup {
         const size_t item = dtype_size(t.dtype());
         for (int64_t start = 0; start < t.numel(); start += kMaxPiece) {
           const int count = static_cast<int>(std::min(kMaxPiece, t.numel() - start));
-          MPI_Request request = MPI_REQUEST_NULL;
-          MINIDL_MPI_CHECK(
-              MPI_Ibcast(base + static_cast<size_t>(start) * item, count, mpi_dtype(t.dtype()), root, comm, &request));
-          wait_for(request, "MPI_Ibcast");
+          MINIDL_MPI_CHECK(MPI_Bcast(base + static_cast<size_t>(start) * item, count, mpi_dtype(t.dtype()), root, comm));
         }
       }
     });
@@ -141,18 +120,14 @@ class MpiProcessGroup final : public ProcessGroup {
                  " elements per rank is more than one MPI call carries (", INT_MAX, ")");
     return launch("all_gather", {{input}, {output}}, [input, output](MPI_Comm comm) {
       const int count = static_cast<int>(input.numel());
-      MPI_Request request = MPI_REQUEST_NULL;
-      MINIDL_MPI_CHECK(MPI_Iallgather(input.raw_data(), count, mpi_dtype(input.dtype()), output.raw_data(), count,
-                                      mpi_dtype(input.dtype()), comm, &request));
-      wait_for(request, "MPI_Iallgather");
+      MINIDL_MPI_CHECK(MPI_Allgather(input.raw_data(), count, mpi_dtype(input.dtype()), output.raw_data(), count,
+                                     mpi_dtype(input.dtype()), comm));
     });
   }
 
   std::shared_ptr<CollectiveWork> barrier() override {
     return launch("barrier", {}, [](MPI_Comm comm) {
-      MPI_Request request = MPI_REQUEST_NULL;
-      MINIDL_MPI_CHECK(MPI_Ibarrier(comm, &request));
-      wait_for(request, "MPI_Ibarrier");
+      MINIDL_MPI_CHECK(MPI_Barrier(comm));
     });
   }
 
