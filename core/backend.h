@@ -169,7 +169,7 @@ class Backend {
     (void)t;
     (void)stream;
   }
-  // Caching-allocator statistics and control; the CPU backend has no cache and says so.
+  // Caching-allocator statistics and control; the CPU backend keeps no statistics and says so.
   virtual MemoryStats memory_stats() = 0;
   virtual void empty_cache() = 0;
   virtual void reset_peak_memory_stats() = 0;

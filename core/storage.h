@@ -19,8 +19,11 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
 };
 
-// The process-wide CPU allocator (64-byte aligned).
+// The process-wide CPU allocator (64-byte aligned). It keeps freed blocks for reuse (Note [the
+// CPU block cache] and Note [large CPU blocks are cached too] in core/storage.cpp).
 Allocator& cpu_allocator();
+// Returns the CPU allocator's cached blocks above 1 MiB to the system (empty_cache(Device::cpu())).
+void release_cached_cpu_blocks();
 
 class Storage {
  public:

@@ -110,12 +110,14 @@ void CpuBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, 
   }
 }
 
-// CPU memory comes from a plain aligned allocator (with a small per-thread block cache); it
-// keeps no statistics, so asking for them is an error rather than a table of zeros.
+// CPU memory comes from an aligned allocator that keeps freed blocks for reuse (core/storage.cpp);
+// it keeps no statistics, so asking for them is an error rather than a table of zeros.
 MemoryStats CpuBackend::memory_stats() {
   throw Error("memory_stats: cpu memory is not tracked; statistics exist for CUDA devices (their caching allocator)");
 }
-void CpuBackend::empty_cache() {}  // nothing device-wide is cached on the CPU
+// The blocks above 1 MiB go back to the system; the small per-thread lists stay (at most
+// 32 blocks per size class and thread).
+void CpuBackend::empty_cache() { release_cached_cpu_blocks(); }
 void CpuBackend::reset_peak_memory_stats() {
   throw Error("reset_peak_memory_stats: cpu memory is not tracked; statistics exist for CUDA devices");
 }
