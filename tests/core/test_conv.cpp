@@ -122,6 +122,48 @@ TEST_CASE("conv2d backward matches finite differences for odd geometries", "[cor
   }
 }
 
+TEST_CASE("conv2d's weight gradient of a thin layer over many terms matches the nested loops", "[core][conv]") {
+  // One input channel, 3x3: dW has K = 9 columns, so it takes the dot-product path (Note [thin
+  // weight gradients] in kernels/cpu/conv.cpp); 255x253 outputs per sample cut the batch of 8
+  // into two chunks of samples (the col buffer's budget), so the second chunk adds onto the
+  // first, and each chunk's 7·65536 terms span many pieces, the last one short. Stride 2 with
+  // dilation 2 on the second layer keeps the gather's index arithmetic honest.
+  for (const Case& k : {Case{8, 1, 255, 253, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1},
+                        Case{3, 2, 61, 45, 4, 2, 3, {2, 1}, {1, 2}, {2, 2}, 2}}) {
+    Generator g(123);
+    Tensor x = rand64({k.n, k.c_in, k.h, k.w}, g);
+    Tensor w = rand64({k.c_out, k.c_in / k.groups, k.kh, k.kw}, g).requires_grad_();
+    Tensor y = conv(k, x, w);
+    const Tensor r = rand64(y.shape(), g);  // dL/dy
+    ops::sum(y * r).backward();
+    // dW[co, ci', i, j] = Σ_(n, oh, ow) r[n, co, oh, ow] · x[n, grp·cig + ci', oh·s − p + i·d, ow·s − p + j·d]
+    const int64_t h_out = y.shape()[2], w_out = y.shape()[3], cig = k.c_in / k.groups, cog = k.c_out / k.groups;
+    const std::vector<double> xv = x.to_vector<double>(), rv = r.to_vector<double>();
+    std::vector<double> want(static_cast<size_t>(w.numel()), 0.0);
+    for (int64_t co = 0; co < k.c_out; ++co)
+      for (int64_t ci = 0; ci < cig; ++ci)
+        for (int64_t i = 0; i < k.kh; ++i)
+          for (int64_t j = 0; j < k.kw; ++j) {
+            double acc = 0;
+            for (int64_t n = 0; n < k.n; ++n)
+              for (int64_t oh = 0; oh < h_out; ++oh)
+                for (int64_t ow = 0; ow < w_out; ++ow) {
+                  const int64_t ih = oh * k.stride[0] - k.padding[0] + i * k.dilation[0];
+                  const int64_t iw = ow * k.stride[1] - k.padding[1] + j * k.dilation[1];
+                  if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
+                  acc += rv[static_cast<size_t>(((n * k.c_out + co) * h_out + oh) * w_out + ow)] *
+                         xv[static_cast<size_t>(((n * k.c_in + (co / cog) * cig + ci) * k.h + ih) * k.w + iw)];
+                }
+            want[static_cast<size_t>(((co * cig + ci) * k.kh + i) * k.kw + j)] = acc;
+          }
+    const std::vector<double> got = w.grad().to_vector<double>();
+    REQUIRE(got.size() == want.size());
+    // Up to 524,288 products in [-1, 1] per entry, summed in pieces: float64 rounding stays
+    // below 1e-9 (the sums themselves are of order sqrt(terms) ~ 700).
+    for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-9);
+  }
+}
+
 TEST_CASE("conv2d gives only the gradients asked for", "[core][conv]") {
   Generator g(7);
   Tensor x = rand64({1, 2, 5, 5}, g), w = rand64({3, 2, 3, 3}, g).requires_grad_(), b = rand64({3}, g);
