@@ -5,7 +5,8 @@
 # the accuracy should agree and only the time should differ. JSON lines on stdout, one per epoch
 # and configuration, then a summary line; the trainers' own lines and a table on stderr:
 #   bench/run_distributed_fashion_mnist.sh > bench/distributed-fashion-mnist-$(date +%F).jsonl
-# Environment: PROCS (default 2), THREADS per process (default 1), EPOCHS per run (default 3),
+# Environment: MODEL (mlp or cnn, default mlp), LIMIT (train on the first LIMIT examples, default
+# 0 = all 60000), PROCS (default 2), THREADS per process (default 1), EPOCHS per run (default 3),
 # ROUNDS (default 2: one process, PROCS processes, again, so that a change in the machine's
 # load hits both), BUILD_DIR (skip the build and use that tree). Only the training pass of each
 # epoch is timed (the trainer's samples/s); the summary gives each side's median epoch and the
@@ -14,6 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build/release}
+model=${MODEL:-mlp}
+limit=${LIMIT:-0}
+examples=$((limit > 0 && limit < 60000 ? limit : 60000))
 procs=${PROCS:-2}
 threads=${THREADS:-1}
 epochs=${EPOCHS:-3}
@@ -35,30 +39,31 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)
 dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # GNU nproc honours those two
-printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s,"procs":%s,"threads":%s,"load":"%s"}\n' \
-  "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$cores" "$procs" "$threads" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s,"model":"%s","examples":%s,"procs":%s,"threads":%s,"load":"%s"}\n' \
+  "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$cores" "$model" "$examples" "$procs" "$threads" "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The trainer's CSV gives samples/s of the training pass; one epoch is 60000 examples.
+# The trainer's CSV gives samples/s of the training pass; one epoch is $examples examples.
 to_json() {
-  python3 - "$1" "$2" "$3" <<'EOF'
+  python3 - "$1" "$2" "$3" "$examples" <<'EOF'
 import csv, json, sys
 for row in csv.DictReader(open(sys.argv[1])):
     print(json.dumps({"bench": "distributed_fashion_mnist_epoch", "processes": int(sys.argv[2]), "round": int(sys.argv[3]),
-                      "epoch": int(row["epoch"]), "train_s": round(60000 / float(row["samples_per_s"]), 4),
+                      "epoch": int(row["epoch"]), "train_s": round(int(sys.argv[4]) / float(row["samples_per_s"]), 4),
                       "train_loss": float(row["train_loss"]), "test_acc": float(row["test_acc"])},
                      separators=(",", ":")))
 EOF
 }
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r/$rounds: one process, $threads thread(s)" >&2
-  OMP_NUM_THREADS=$threads "$build/bin/fashion_mnist" --device cpu --epochs "$epochs" --progress lines \
-    --metrics "$work/one-$r.csv" >&2
+  OMP_NUM_THREADS=$threads "$build/bin/fashion_mnist" --model "$model" --device cpu --epochs "$epochs" --limit "$limit" \
+    --progress lines --metrics "$work/one-$r.csv" >&2
   to_json "$work/one-$r.csv" 1 "$r"
   echo "round $r/$rounds: $procs processes, $threads thread(s) each" >&2
   env "${mpi_env[@]}" OMP_NUM_THREADS="$threads" "$launcher" -n "$procs" -x OMP_NUM_THREADS \
-    "$build/bin/fashion_mnist" --device cpu --epochs "$epochs" --progress lines --metrics "$work/many-$r.csv" >&2
+    "$build/bin/fashion_mnist" --model "$model" --device cpu --epochs "$epochs" --limit "$limit" --progress lines \
+    --metrics "$work/many-$r.csv" >&2
   to_json "$work/many-$r.csv" "$procs" "$r"
 done | tee "$work/all.jsonl"
 

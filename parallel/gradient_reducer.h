@@ -72,7 +72,7 @@ class GradientReducer : public std::enable_shared_from_this<GradientReducer> {
   // "used" flag per parameter.
   std::vector<char> complete_;  // [bucket]: every awaited gradient arrived, not yet launched
   size_t next_launch_ = 0;      // the lowest bucket not launched yet
-  bool sync_next_ = true, pass_sync_ = true;
+  bool sync_next_ = true;
 
   // State of the backward pass in progress (touched only by the thread running backward).
   bool in_backward_ = false;
