@@ -35,6 +35,20 @@ Window window_at(const Pool2dGeometry& g, int64_t oh, int64_t ow) {
 
 int64_t planes(const Pool2dGeometry& g) { return g.n * g.c; }
 
+// Whether v replaces the running maximum `best`: a larger value, or a NaN over a number (NaN
+// wins, as in PyTorch); on a tie the first stays.
+template <typename T>
+bool takes_over(T v, T best) {
+  return v > best || (v != v && best == best);
+}
+
+// Note [a 2x2 max-pool without branches]
+// The CNN's pools are 2x2 with stride 2 and no padding. The general loop below compares
+// element by element with a branch, which on activations in no pattern is mispredicted about
+// half the time: 6.4 ms for a [64, 32, 28, 28] input on one Xeon VM, 2.8 ms on constant input.
+// The fast path takes each output row from two input rows with selects, which the compiler
+// turns into vector compares and blends.
+
 }  // namespace
 
 void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const Pool2dGeometry& g) {
@@ -44,8 +58,31 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices,
     T* py = y.data<T>();
     int64_t* pi = indices.data<int64_t>();
     const int64_t in_plane = g.h * g.w, out_plane = g.h_out * g.w_out;
+    const bool two_by_two = g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0;
     parallel_rows(planes(g), planes(g) * out_plane * g.kh * g.kw, [&](int64_t p) {
       const T* in = px + p * in_plane;
+      if (two_by_two) {  // Note [a 2x2 max-pool without branches]
+        for (int64_t oh = 0; oh < g.h_out; ++oh) {
+          const int64_t r0 = 2 * oh * g.w, r1 = r0 + g.w;  // the window's two input rows
+          T* yo = py + p * out_plane + oh * g.w_out;
+          int64_t* io = pi + p * out_plane + oh * g.w_out;
+#pragma omp simd
+          for (int64_t ow = 0; ow < g.w_out; ++ow) {
+            T best = in[r0 + 2 * ow];
+            int64_t at = r0 + 2 * ow;
+            const int64_t cand[3] = {r0 + 2 * ow + 1, r1 + 2 * ow, r1 + 2 * ow + 1};
+            for (int64_t c = 0; c < 3; ++c) {
+              const T v = in[cand[c]];
+              const bool take = takes_over(v, best);
+              best = take ? v : best;
+              at = take ? cand[c] : at;
+            }
+            yo[ow] = best;
+            io[ow] = at;
+          }
+        }
+        return;
+      }
       for (int64_t oh = 0; oh < g.h_out; ++oh) {
         for (int64_t ow = 0; ow < g.w_out; ++ow) {
           const Window win = window_at(g, oh, ow);
@@ -54,7 +91,7 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices,
           for (int64_t ih = win.h0; ih < win.h1; ++ih) {
             for (int64_t iw = win.w0; iw < win.w1; ++iw) {
               const T v = in[ih * g.w + iw];
-              if (v > best || (std::isnan(v) && !std::isnan(best))) {
+              if (takes_over(v, best)) {
                 best = v;
                 best_at = ih * g.w + iw;
               }

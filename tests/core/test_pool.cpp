@@ -2,6 +2,7 @@
 // written here, ties and saved indices, finite differences in float64 over odd geometries,
 // and the errors for bad arguments.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <optional>
 
 #include "core/ops/pool.h"
@@ -22,7 +23,8 @@ struct PoolCase {
 };
 
 const PoolCase kPoolCases[] = {
-    {2, 3, 6, 6, {2, 2}, {2, 2}, {0, 0}},  // the CNN's pool
+    {2, 3, 6, 6, {2, 2}, {2, 2}, {0, 0}},  // the CNN's pool (the 2x2 fast path)
+    {1, 2, 7, 5, {2, 2}, {2, 2}, {0, 0}},  // the fast path on sizes it does not divide: the last row and column drop
     {1, 2, 7, 5, {3, 3}, {2, 2}, {1, 1}},  // overlapping windows, padding 1, sizes stride 2 does not divide, batch 1
     {2, 1, 5, 8, {2, 3}, {1, 2}, {1, 1}},  // non-square kernel and stride
     {1, 2, 4, 4, {4, 4}, {4, 4}, {0, 0}},  // one window over the whole plane
@@ -90,6 +92,28 @@ TEST_CASE("max_pool2d sends the gradient to the first maximum on ties, as PyTorc
   // Windows [0..2] and [1..3] both pick the 9; [2..4] and [3..5] hold only zeros and pick their first.
   ops::sum(ops::max_pool2d(z, {1, 3}, Size2{1, 1})).backward();
   CHECK(z.grad().to_vector<double>() == std::vector<double>{0, 2, 1, 1, 0, 0});
+}
+
+TEST_CASE("max_pool2d lets a NaN win its window and keeps the first of equal maxima, on both paths", "[core][pool]") {
+  // PyTorch propagates a NaN through max pooling; its index is the NaN's. Over a 2x4 input the
+  // fast path has two windows: {1, NaN, 3, 2} -> NaN at 1; {7, 7, 7, 7} -> 7 at 2. With stride
+  // (2, 1) the general loop has a third between them, {NaN, 7, 2, 7} -> NaN at 1.
+  const double nan = std::nan("");
+  const std::vector<double> values{1, nan, 7, 7, 3, 2, 7, 7};
+  for (bool fast : {true, false}) {
+    INFO((fast ? "2x2 stride 2 (fast path)" : "2x2 stride (2, 1) (general loop)"));
+    Tensor x = from_vector<double>(values, Shape{1, 1, 2, 4}, DType::Float64).requires_grad_();
+    Tensor y = fast ? ops::max_pool2d(x, {2, 2}) : ops::max_pool2d(x, {2, 2}, Size2{2, 1});
+    const std::vector<double> got = y.to_vector<double>();
+    CHECK(std::isnan(got.front()));
+    CHECK(got.back() == 7);
+    y.backward(full(y.shape(), 1.0, DType::Float64));
+    const std::vector<double> grad = x.grad().to_vector<double>();
+    CHECK(grad[1] == (fast ? 1 : 2));  // the NaN took its windows' gradients (the general path's middle window holds it too)
+    CHECK(grad[2] == 1);  // the first 7 of the last window took its gradient
+    CHECK(grad[0] == 0);
+    CHECK(grad[3] == 0);
+  }
 }
 
 TEST_CASE("max_pool2d, avg_pool2d and adaptive_avg_pool2d match finite differences", "[core][pool][gradcheck]") {

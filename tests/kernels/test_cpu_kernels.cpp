@@ -67,6 +67,31 @@ TEST_CASE("linear forward fuses bias and ReLU exactly like the unfused ops", "[k
   CHECK(empty_k.to_vector<float>() == std::vector<float>{1, 0, 1, 0, 1, 0});
 }
 
+TEST_CASE("relu backward selects dy where y > 0 and gives 0 elsewhere, even for a NaN or infinite dy", "[kernels][relu]") {
+  // PyTorch's threshold_backward is a select, not dy · [y > 0]: where y <= 0 the gradient is 0
+  // whatever dy holds. Long enough (1031 elements, not a multiple of any vector width) that the
+  // vectorised body and its tail both run, on both float types.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    std::vector<double> y(1031), dy(1031);
+    for (size_t i = 0; i < y.size(); ++i) {
+      y[i] = i % 3 == 0 ? 0.0 : (i % 3 == 1 ? -1.5 : 0.25 * static_cast<double>(i));
+      dy[i] = i % 5 == 0 ? nan : (i % 5 == 1 ? -inf : static_cast<double>(i) - 500.0);
+    }
+    const Tensor ty = from_vector<double>(y, Shape{1031}, DType::Float64).to(dtype);
+    const Tensor tdy = from_vector<double>(dy, Shape{1031}, DType::Float64).to(dtype);
+    Tensor dx = empty(Shape{1031}, dtype);
+    backend_for(Device::cpu()).relu_backward(tdy, ty, dx);
+    const std::vector<double> got = dx.to(DType::Float64).to_vector<double>();
+    bool ok = true;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double want = y[i] > 0 ? static_cast<double>(static_cast<float>(dy[i])) : 0.0;
+      ok = ok && (std::isnan(want) ? std::isnan(got[i]) : got[i] == want);
+    }
+    CHECK(ok);
+  }
+}
+
 TEST_CASE("softmax-cross-entropy is stable for huge logits and matches log_softmax", "[kernels][softmax]") {
   Tensor logits = from_vector<float>({1000.f, 0.f, -1000.f, 50.f, 50.f, 50.f}, {2, 3});
   Tensor targets = from_vector<int64_t>({0, 2});
