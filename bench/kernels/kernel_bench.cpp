@@ -382,7 +382,7 @@ int main(int argc, char** argv) {
     const Device gpu = Device::cuda(0);
     Backend& be = backend_for(gpu);
     // The backend's one compute stream: events and the baseline copy go on it, in order with the kernels.
-    cudaStream_t stream = dynamic_cast<cuda::CudaBackend&>(be).stream();
+    cudaStream_t stream = static_cast<cudaStream_t>(be.stream_handle());
     int l2 = 0;
     MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
     cudaDeviceProp prop{};

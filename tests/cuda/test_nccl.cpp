@@ -145,7 +145,7 @@ class StreamMarker {
   std::atomic<bool> reached_{false};
 };
 
-cudaStream_t compute_stream(const Device& d) { return static_cast<cuda::CudaBackend&>(backend_for(d)).stream(); }
+cudaStream_t compute_stream(const Device& d) { return static_cast<cudaStream_t>(backend_for(d).stream_handle()); }
 
 }  // namespace
 
