@@ -1,6 +1,7 @@
 // CPU allocator and Storage construction.
 #include "core/storage.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -31,7 +32,8 @@ constexpr size_t kAlignment = 64;
 // 1.6 times after. So blocks above 1 MiB are kept too, in one process-wide cache (any thread may free
 // a block that another allocated; a mutex is cheap at a few large blocks per layer), by size
 // class — eight classes per power of two, so a block wastes at most 1/8 — up to
-// kLargeCacheBytes in all; a block that does not fit goes back to the system.
+// kLargeCacheBytes in all; a block that does not fit goes back to the system, and an allocation
+// the system refuses is retried once after the cache has returned everything it holds.
 // empty_cache(Device::cpu()) returns them. Under AddressSanitizer both caches are off, so that
 // a use after free is still caught.
 #if defined(__SANITIZE_ADDRESS__)
@@ -89,11 +91,15 @@ class LargeBlockCache {
   static constexpr size_t kMinBytes = (size_t{1} << BlockCache::kMaxClass) + 1;  // above the per-thread cache
   static constexpr size_t kLargeCacheBytes = size_t{1} << 30;                   // kept in all, at most
 
-  // The size class of a block of `bytes` (> 1 MiB): rounded up to a multiple of 1/8 of the
-  // power of two below it.
+  // Whether a block of `bytes` goes through this cache: above the per-thread cache, and not so
+  // large that it could never be kept (which also keeps rounded() far from overflow).
+  static bool serves(size_t bytes) { return bytes >= kMinBytes && bytes <= kLargeCacheBytes; }
+
+  // The size class of a block of `bytes` (serves(bytes)): rounded up to a multiple of 1/8 of
+  // the power of two at or below it.
   static size_t rounded(size_t bytes) {
     size_t octave = size_t{1} << BlockCache::kMaxClass;
-    while (octave * 2 <= bytes) octave *= 2;
+    while (octave <= bytes / 2) octave *= 2;
     const size_t step = octave / 8;
     return (bytes + step - 1) / step * step;
   }
@@ -121,45 +127,50 @@ class LargeBlockCache {
     free_.clear();
     cached_bytes_ = 0;
   }
-  ~LargeBlockCache() {
-    alive = false;
-    release();
-  }
-
-  static bool alive;  // false once the cache is destroyed at exit: later frees go to the system
 
  private:
   std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> free blocks of that size
   size_t cached_bytes_ = 0;
 };
-bool LargeBlockCache::alive = true;
 
+// Never destroyed: a tensor may be freed at exit, after static destructors have begun (a
+// static tensor, or a worker such as the MPI thread dropping its last reference while main
+// returns), and the cache must still be there to take it. The system reclaims what it holds.
 LargeBlockCache& large_block_cache() {
-  static LargeBlockCache cache;
-  return cache;
+  static auto* cache = new LargeBlockCache;
+  return *cache;
 }
 
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
+    if (bytes > static_cast<size_t>(PTRDIFF_MAX))  // no system gives that much, and rounding it would wrap
+      throw OutOfMemory(detail::make_message("cpu allocator: failed to allocate ", bytes, " bytes"));
     size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;  // aligned_alloc wants a multiple
-    if (kUseBlockCache && bytes < LargeBlockCache::kMinBytes && BlockCache::alive) {
+    if (kUseBlockCache && bytes < LargeBlockCache::kMinBytes) {
+      // Rounded to the block's class even when this thread's cache is gone (at thread exit), so
+      // that another thread's cache can file the block under its class when it is freed there.
       const int c = BlockCache::size_class(bytes);
-      if (void* p = block_cache().take(c)) return p;
+      if (BlockCache::alive)
+        if (void* p = block_cache().take(c)) return p;
       rounded = size_t{1} << c;
-    } else if (kUseBlockCache && LargeBlockCache::alive) {  // Note [large CPU blocks are cached too]
+    } else if (kUseBlockCache && LargeBlockCache::serves(bytes)) {  // Note [large CPU blocks are cached too]
       rounded = LargeBlockCache::rounded(bytes);
       if (void* p = large_block_cache().take(rounded)) return p;
     }
     void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    if (p == nullptr && kUseBlockCache && bytes >= LargeBlockCache::kMinBytes) {
+      large_block_cache().release();  // the cached blocks of other classes may be what is missing
+      p = std::aligned_alloc(kAlignment, rounded);
+    }
     if (p == nullptr) throw OutOfMemory(detail::make_message("cpu allocator: failed to allocate ", bytes, " bytes"));
     return p;
   }
   void deallocate(void* ptr, size_t bytes) noexcept override {
     if (kUseBlockCache && bytes < LargeBlockCache::kMinBytes) {
       if (BlockCache::alive && block_cache().give(BlockCache::size_class(bytes), ptr)) return;
-    } else if (kUseBlockCache && LargeBlockCache::alive) {
+    } else if (kUseBlockCache && LargeBlockCache::serves(bytes)) {
       try {
         if (large_block_cache().give(LargeBlockCache::rounded(bytes), ptr)) return;
       } catch (...) {  // the cache's own bookkeeping could not grow: the block goes to the system
@@ -177,7 +188,7 @@ Allocator& cpu_allocator() {
 }
 
 void release_cached_cpu_blocks() {
-  if (kUseBlockCache && LargeBlockCache::alive) large_block_cache().release();
+  if (kUseBlockCache) large_block_cache().release();
 }
 
 Storage::Storage(size_t bytes, Device device, Allocator& allocator)

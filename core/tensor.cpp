@@ -241,9 +241,13 @@ Tensor empty(const Shape& shape, const TensorOptions& options) {
                "empty: only floating-point tensors can require gradients, got ", options.dtype);
   MINIDL_CHECK(!(options.device.is_cuda() && options.dtype == DType::Float64), "empty: a float64 tensor of shape ",
                shape, " on ", options.device, "; CUDA tensors are float32 or int64 (float64 lives on the CPU)");
+  // The byte count, refused before it can wrap: {2^31, 2^31} float32 would otherwise ask for 0.
+  int64_t bytes = static_cast<int64_t>(dtype_size(options.dtype));
+  for (int i = 0; i < shape.rank(); ++i)
+    MINIDL_CHECK(!__builtin_mul_overflow(bytes, shape[i], &bytes), "empty: a ", options.dtype, " tensor of shape ",
+                 shape, " holds more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
-  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(options.dtype);
-  impl->storage = Storage(bytes, options.device, backend_for(options.device).allocator());
+  impl->storage = Storage(static_cast<size_t>(bytes), options.device, backend_for(options.device).allocator());
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 #include "core/storage.h"
@@ -47,9 +48,13 @@ TEST_CASE("the cpu allocator reuses a freed block of the same size class, small 
   for (size_t bytes : {size_t{100}, size_t{1} << 20, (size_t{1} << 20) + 1, size_t{14} << 20}) {
     INFO("bytes " << bytes);
     void* p = a.allocate(bytes);
+    std::memset(p, 0xa5, bytes);
     a.deallocate(p, bytes);
     void* q = a.allocate(bytes);
     CHECK(q == p);
+    // The same block, not a fresh mapping at the same address (the system hands those out zeroed).
+    const auto* bytes_of_q = static_cast<const unsigned char*>(q);
+    CHECK((bytes_of_q[0] == 0xa5 && bytes_of_q[bytes - 1] == 0xa5));
     a.deallocate(q, bytes);
   }
   // Sizes of one class share blocks: above 1 MiB a class spans 1/8 of an octave (here 512 KiB).
@@ -60,6 +65,18 @@ TEST_CASE("the cpu allocator reuses a freed block of the same size class, small 
   std::memset(q, 1, (size_t{4} << 20) + (size_t{512} << 10));
   a.deallocate(q, (size_t{4} << 20) + (size_t{512} << 10));
   empty_cache(Device::cpu());
+}
+
+TEST_CASE("sizes no machine can hold are errors, not a hang or a wrapped size", "[storage]") {
+  Allocator& a = cpu_allocator();
+  for (size_t bytes : {(size_t{1} << 63) + 12345, SIZE_MAX}) {  // above PTRDIFF_MAX: refused before asking the system
+    INFO("bytes " << bytes);
+    CHECK_THROWS_AS(a.allocate(bytes), OutOfMemory);
+  }
+  // 2^31 x 2^31 float32 is 2^64 bytes: refused by name instead of wrapping to an empty block.
+  CHECK_THROWS_WITH(empty({int64_t{1} << 31, int64_t{1} << 31}), Catch::Contains("empty") &&
+                                                                   Catch::Contains("more than 2^63 bytes"));
+  CHECK_THROWS_AS(empty({int64_t{1} << 60}, DType::Float64), Error);
 }
 
 TEST_CASE("a large cpu block freed on another thread is reused by the allocating one", "[storage]") {
