@@ -11,7 +11,8 @@
 # load hits both), BUILD_DIR (skip the build and use that tree). Only the training pass of each
 # epoch is timed (the trainer's samples/s); the summary gives each side's median epoch and the
 # ratio. When run as root, Open MPI's refusal to run as root is lifted for this script's own
-# mpirun only.
+# mpirun only. With PROCS above the number of cores, Open MPI refuses to start (oversubscribing
+# is a choice this script does not make for you).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build/release}
@@ -32,8 +33,22 @@ if [[ -z "$launcher" ]]; then
   echo "run_distributed_fashion_mnist.sh: no mpirun (scripts/setup-deps installs Open MPI); skipped" >&2
   exit 0
 fi
-mpi_env=()
-if [[ $(id -u) == 0 ]]; then mpi_env=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); fi
+if ((rounds < 1 || procs < 2 || threads < 1)); then
+  echo "run_distributed_fashion_mnist.sh: ROUNDS and THREADS must be at least 1 and PROCS at least 2" >&2
+  exit 2
+fi
+# How the launcher passes OMP_NUM_THREADS on and places the processes. Open MPI binds each of up
+# to two processes to one core: right for one thread per process; with more, each process gets
+# no binding, so its threads are not all squeezed onto one core. MPICH's mpiexec (Hydra) passes
+# the environment on by itself and binds nothing unless asked.
+mpi_env=(env)
+if "$launcher" --version 2>&1 | grep -q "Open MPI"; then
+  launch_opts=(-x OMP_NUM_THREADS)
+  if ((threads > 1)); then launch_opts+=(--bind-to none); fi
+  if [[ $(id -u) == 0 ]]; then mpi_env+=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); fi
+else
+  launch_opts=()
+fi
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)
 dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
@@ -61,7 +76,7 @@ for ((r = 1; r <= rounds; ++r)); do
     --progress lines --metrics "$work/one-$r.csv" >&2
   to_json "$work/one-$r.csv" 1 "$r"
   echo "round $r/$rounds: $procs processes, $threads thread(s) each" >&2
-  env "${mpi_env[@]}" OMP_NUM_THREADS="$threads" "$launcher" -n "$procs" -x OMP_NUM_THREADS \
+  "${mpi_env[@]}" OMP_NUM_THREADS="$threads" "$launcher" -n "$procs" ${launch_opts[@]+"${launch_opts[@]}"} \
     "$build/bin/fashion_mnist" --model "$model" --device cpu --epochs "$epochs" --limit "$limit" --progress lines \
     --metrics "$work/many-$r.csv" >&2
   to_json "$work/many-$r.csv" "$procs" "$r"

@@ -8,8 +8,8 @@ namespace minidl {
 
 // Statistics of `device`'s caching allocator (CUDA devices; the CPU keeps none and throws).
 MemoryStats memory_stats(Device device);
-// Returns the cached, unused blocks of `device` to the driver or, on the CPU, to the system
-// (live tensors are untouched).
+// Returns the cached, unused blocks of `device` to the driver or, on the CPU, those above
+// 1 MiB to the system (live tensors are untouched).
 void empty_cache(Device device);
 void reset_peak_memory_stats(Device device);
 

@@ -8,9 +8,10 @@
 // MPI traffic; errors are return codes (MPI_ERRORS_RETURN), rethrown by wait() as minidl::Error.
 //
 // Note [blocking calls on the MPI thread]: each collective is one blocking MPI call
-// (MPI_Allreduce, MPI_Bcast, MPI_Allgather, MPI_Barrier). The caller never waits in it — it
-// runs on the MPI thread while the caller's backward goes on — so nothing is gained by the
-// nonblocking forms (MPI_Iallreduce, ...), and much is lost: Open MPI runs those through a
+// (MPI_Allreduce, MPI_Bcast, MPI_Allgather, MPI_Barrier). The caller does not wait in it — it
+// runs on the MPI thread while the caller's backward goes on (except a small collective run
+// inline, Note [small collectives run inline]) — so nothing is gained by the nonblocking forms
+// (MPI_Iallreduce, ...), and much is lost: Open MPI runs those through a
 // separate, generic schedule (libnbc) that advances only while someone calls MPI_Test, and
 // polling them with sleeps between tests measured at 20-40% of the bandwidth of the blocking
 // call, polling without sleeps at 40-65% (bench_process_group, 2 processes on a 2-core VM).

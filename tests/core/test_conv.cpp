@@ -125,8 +125,8 @@ TEST_CASE("conv2d backward matches finite differences for odd geometries", "[cor
 TEST_CASE("conv2d's weight gradient of a thin layer over many terms matches the nested loops", "[core][conv]") {
   // One input channel, 3x3: dW has K = 9 columns, so it takes the dot-product path (Note [thin
   // weight gradients] in kernels/cpu/conv.cpp); 255x253 outputs per sample cut the batch of 8
-  // into two chunks of samples (the col buffer's budget), so the second chunk adds onto the
-  // first, and each chunk's 7·65536 terms span many pieces, the last one short. Stride 2 with
+  // into chunks of 7 and 1 samples (the col buffer's budget), so the second chunk adds onto the
+  // first, and each chunk's terms (451,605 and 64,515) span many pieces, the last one short. Stride 2 with
   // dilation 2 on the second layer keeps the gather's index arithmetic honest.
   for (const Case& k : {Case{8, 1, 255, 253, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1},
                         Case{3, 2, 61, 45, 4, 2, 3, {2, 1}, {1, 2}, {2, 2}, 2}}) {
