@@ -48,6 +48,15 @@ MPI_Datatype mpi_dtype(DType dtype) {
   throw Error("mpi process group: unknown dtype");
 }
 
+// call(pointer, count) for each piece of at most kMaxPiece elements of t, in order.
+template <typename Call>
+void for_each_piece(const Tensor& t, Call&& call) {
+  auto* base = static_cast<char*>(t.raw_data());
+  const size_t item = dtype_size(t.dtype());
+  for (int64_t start = 0; start < t.numel(); start += kMaxPiece)
+    call(base + static_cast<size_t>(start) * item, static_cast<int>(std::min(kMaxPiece, t.numel() - start)));
+}
+
 template <typename T>
 void divide(T* data, int64_t n, int divisor) {
   for (int64_t i = 0; i < n; ++i) data[i] /= static_cast<T>(divisor);
@@ -82,13 +91,9 @@ class MpiProcessGroup final : public ProcessGroup {
     return launch("all_reduce(" + std::string(reduce_op_name(op)) + ")", groups, [groups, op, world](MPI_Comm comm) {
       for (const DeviceTensors& g : groups) {
         const Tensor& t = g[0];
-        auto* base = static_cast<char*>(t.raw_data());
-        const size_t item = dtype_size(t.dtype());
-        for (int64_t start = 0; start < t.numel(); start += kMaxPiece) {
-          const int count = static_cast<int>(std::min(kMaxPiece, t.numel() - start));
-          MINIDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + static_cast<size_t>(start) * item, count,
-                                         mpi_dtype(t.dtype()), MPI_SUM, comm));
-        }
+        for_each_piece(t, [&](void* piece, int count) {
+          MINIDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, piece, count, mpi_dtype(t.dtype()), MPI_SUM, comm));
+        });
         if (op == ReduceOp::Average) {
           if (t.dtype() == DType::Float32) divide(t.data<float>(), t.numel(), world);
           else divide(t.data<double>(), t.numel(), world);
@@ -104,12 +109,9 @@ class MpiProcessGroup final : public ProcessGroup {
     return launch("broadcast(root " + std::to_string(root) + ")", groups, [groups, root](MPI_Comm comm) {
       for (const DeviceTensors& g : groups) {
         const Tensor& t = g[0];
-        auto* base = static_cast<char*>(t.raw_data());
-        const size_t item = dtype_size(t.dtype());
-        for (int64_t start = 0; start < t.numel(); start += kMaxPiece) {
-          const int count = static_cast<int>(std::min(kMaxPiece, t.numel() - start));
-          MINIDL_MPI_CHECK(MPI_Bcast(base + static_cast<size_t>(start) * item, count, mpi_dtype(t.dtype()), root, comm));
-        }
+        for_each_piece(t, [&](void* piece, int count) {
+          MINIDL_MPI_CHECK(MPI_Bcast(piece, count, mpi_dtype(t.dtype()), root, comm));
+        });
       }
     });
   }
