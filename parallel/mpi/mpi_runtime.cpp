@@ -53,7 +53,9 @@ class Runtime {
       MINIDL_CHECK(!already, "MPI: MPI was initialised outside minidl; minidl initialises it itself (on its MPI "
                    "thread, Note [MPI's thread level]), so a program must not call MPI_Init");
       int provided = MPI_THREAD_SINGLE;
-      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      // MULTIPLE for abort_job's MPI_Abort from another thread; SERIALIZED is what the rest needs
+      // (Note [MPI's thread level]).
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
       MINIDL_CHECK(rc == MPI_SUCCESS, "MPI: MPI_Init_thread failed with code ", rc);
       if (provided < MPI_THREAD_SERIALIZED) {
         MPI_Finalize();

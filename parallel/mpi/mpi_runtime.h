@@ -11,8 +11,10 @@
 // `busy` flag orders them): the level the design needs is MPI_THREAD_SERIALIZED, and
 // initialisation fails with a clear error when the library provides less. The one unordered call
 // is abort_job's MPI_Abort (Note [a failed rank] in parallel/process_group.h), made while the MPI
-// thread may be inside a collective; it is the process's last call, and Open MPI and MPICH end
-// the job from any thread.
+// thread is usually inside a blocking collective. That is legal only at MPI_THREAD_MULTIPLE, so
+// minidl asks for MULTIPLE and makes do with SERIALIZED where the library offers no more (Open
+// MPI and MPICH end the job from any thread even then; MULTIPLE cost no measurable bandwidth in
+// bench_process_group on Open MPI 4.1).
 //
 // Note [small collectives run inline]: handing a collective to the MPI thread and its result
 // back costs two thread wake-ups — tens of microseconds on a quiet machine, a scheduler slice
