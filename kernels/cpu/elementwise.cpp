@@ -17,7 +17,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const int64_t n = out.numel();
   const bool a_contig = a.is_contiguous(), b_contig = b.is_contiguous();
   if (a_contig && b_contig) {
-parallel_for(n, [&](int64_t i) { po[i] = op(pa[i], pb[i]); });
+    parallel_for(n, [=](int64_t i) { po[i] = op(pa[i], pb[i]); });
     return;
   }
   const int rank = out.dim();
@@ -38,7 +38,7 @@ parallel_for(n, [&](int64_t i) { po[i] = op(pa[i], pb[i]); });
     for (int d = 0; d < rank; ++d) scalar = scalar && b.strides()[d] == 0;
     if (scalar) {
       const T s = pb[0];
-parallel_for(n, [&](int64_t i) { po[i] = op(pa[i], s); });
+      parallel_for(n, [=](int64_t i) { po[i] = op(pa[i], s); });
       return;
     }
   }

@@ -74,7 +74,7 @@ void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, T
     const T decay = static_cast<T>(1.0 - cfg.lr * cfg.weight_decay);
     const bool decoupled = cfg.decoupled_weight_decay;
     const int64_t n = param.numel();
-    parallel_for(n, [&](int64_t i) {
+    parallel_for(n, [=](int64_t i) {
       T gi = g[i];
       if (decoupled) p[i] *= decay;
       else gi += wd * p[i];
