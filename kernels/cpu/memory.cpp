@@ -16,7 +16,33 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
 }
 
+// Element by element through the N-d counter only where it must be: two contiguous tensors are
+// one memcpy, and tensors whose last dimension is contiguous in both (a narrowed or sliced
+// batch, a column block) are one memcpy per row. The element walk costs about 4x a memcpy of
+// a gradient that fits in cache, and the reducers of DataParallel and DistributedDataParallel
+// copy every gradient twice per step.
 void CpuBackend::strided_copy(const Tensor& src, Tensor& dst) {
+  const size_t item = dtype_size(src.dtype());
+  if (src.is_contiguous() && dst.is_contiguous()) {
+    std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(dst.numel()) * item);
+    return;
+  }
+  const int rank = dst.dim();
+  if (rank >= 2 && src.strides()[rank - 1] == 1 && dst.strides()[rank - 1] == 1) {
+    Shape rows, src_rows, dst_rows;  // the counter over every dimension but the last
+    for (int d = 0; d + 1 < rank; ++d) {
+      rows.push_back(dst.shape()[d]);
+      src_rows.push_back(src.strides()[d]);
+      dst_rows.push_back(dst.strides()[d]);
+    }
+    const size_t row_bytes = static_cast<size_t>(dst.shape()[rank - 1]) * item;
+    const auto* s = static_cast<const char*>(src.raw_data());
+    auto* d = static_cast<char*>(dst.raw_data());
+    for_each_strided(rows, src_rows, dst_rows, [&](int64_t, int64_t os, int64_t od) {
+      std::memcpy(d + static_cast<size_t>(od) * item, s + static_cast<size_t>(os) * item, row_bytes);
+    });
+    return;
+  }
   dispatch_all(src.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* s = static_cast<const T*>(src.raw_data());

@@ -118,6 +118,42 @@ TEST_CASE("dtype conversion, copy_ and comparisons for accuracy", "[core][tensor
   CHECK(arange(6).reshape({2, 3}).argmax(0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1});
 }
 
+// The CPU copy takes one of three ways (both contiguous: one memcpy; last dimension contiguous
+// in both: a memcpy per row; else element by element); each is checked against the values
+// read one element at a time, and must leave what lies outside the destination view alone.
+TEST_CASE("copy_ between views writes exactly the view, whichever way it copies", "[core][tensor]") {
+  const Tensor src = arange(60, DType::Float64).reshape({3, 4, 5});
+  auto expect_view = [](const Tensor& base, const Tensor& view, const Tensor& from, double untouched) {
+    const std::vector<double> got = base.to_vector<double>();
+    int64_t inside = 0;
+    for (double v : got) inside += v != untouched;
+    CHECK(inside == view.numel());  // nothing outside the view was written
+    for (int64_t i = 0; i < view.shape()[0]; ++i)
+      for (int64_t j = 0; j < view.shape()[1]; ++j)
+        for (int64_t k = 0; k < view.shape()[2]; ++k) CHECK(view.at({i, j, k}) == from.at({i, j, k}));
+  };
+  SECTION("contiguous into contiguous") {
+    Tensor dst = full({3, 4, 5}, -1.0, TensorOptions(DType::Float64));
+    dst.copy_(src);
+    CHECK(dst.to_vector<double>() == src.to_vector<double>());
+  }
+  SECTION("rows: a narrowed source into a narrowed destination") {
+    Tensor base = full({3, 6, 7}, -1.0, TensorOptions(DType::Float64));
+    Tensor dst = base.narrow(1, 1, 4).narrow(2, 2, 5);
+    const Tensor from = (src + 100.0).narrow(0, 0, 3);
+    dst.copy_(from);
+    expect_view(base, dst, from, -1.0);
+  }
+  SECTION("elements: a transposed source, and a destination strided in its last dimension") {
+    Tensor base = full({3, 4, 10}, -1.0, TensorOptions(DType::Float64));
+    Tensor dst = base.view({3, 4, 5, 2}).narrow(3, 1, 1).squeeze(3);  // every other element
+    const Tensor from = (src + 100.0).transpose(0, 2).contiguous().transpose(0, 2);
+    REQUIRE_FALSE(from.is_contiguous());
+    dst.copy_(from);
+    expect_view(base, dst, from, -1.0);
+  }
+}
+
 TEST_CASE("tensors print like PyTorch", "[core][print]") {
   std::ostringstream os;
   os << from_vector<float>({1.0f, -2.5f}, {1, 2});
