@@ -27,6 +27,7 @@
 #include <chrono>
 
 #include "core/autograd.h"
+#include "core/backend.h"
 
 namespace minidl::parallel {
 
@@ -206,13 +207,19 @@ void GradientReducer::finish_backward() {
     for (const auto& ready : ready_) any = any || ready[p];
     if (!any) continue;  // no replica used it: its .grad stays as it is, as on one device
     Tensor& param = params_[0][p];
-    Tensor reduced = flat_[bucket_of_[p]][0].narrow(0, offset_of_[p], param.numel()).view(param.shape());
-    if (gradient_scale_ != 1.0) reduced = reduced * gradient_scale_;
+    const Tensor reduced = flat_[bucket_of_[p]][0].narrow(0, offset_of_[p], param.numel()).view(param.shape());
     Tensor grad = param.grad();
-    if (grad.defined()) {
+    if (!grad.defined()) {
+      param.set_grad(gradient_scale_ != 1.0 ? reduced * gradient_scale_ : reduced.clone());
+    } else if (gradient_scale_ == 1.0) {
       grad.copy_(reduced);
-    } else {
-      param.set_grad(reduced.clone());
+    } else if (grad.is_contiguous() && grad.dtype() == reduced.dtype() && grad.device() == reduced.device()) {
+      // The scaled sum written straight into .grad: one pass over the gradient instead of a
+      // product in a new tensor and a copy of it.
+      const Tensor scale = scalar_tensor(gradient_scale_, reduced.options()).expand(reduced.shape());
+      backend_for(grad.device()).binary(BinaryOp::Mul, reduced, scale, grad);
+    } else {  // a .grad the user made strided: the kernels write contiguous outputs
+      grad.copy_(reduced * gradient_scale_);
     }
   }
   sync_.buckets = static_cast<int>(buckets_.size());
