@@ -1,6 +1,7 @@
 // Generator: (seed, offset) bookkeeping over Philox counters.
 #include "core/generator.h"
 
+#include "core/error.h"
 #include "core/philox.h"
 
 namespace minidl {
@@ -69,5 +70,33 @@ Generator& default_generator() {
 }
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+namespace {
+thread_local BatchSlice current_slice;
+thread_local bool has_slice = false;
+}  // namespace
+
+BatchSliceGuard::BatchSliceGuard(BatchSlice slice) : previous_(current_slice), had_previous_(has_slice) {
+  MINIDL_CHECK(slice.begin >= 0 && slice.rows >= 0 && slice.total >= 0 && slice.begin <= slice.total - slice.rows,
+               "BatchSliceGuard: rows [", slice.begin, ", ", slice.begin + slice.rows,
+               ") are not a slice of a batch of ", slice.total, " rows");
+  current_slice = slice;
+  has_slice = true;
+}
+
+BatchSliceGuard::~BatchSliceGuard() {
+  current_slice = previous_;
+  has_slice = had_previous_;
+}
+
+const BatchSlice* current_batch_slice() { return has_slice ? &current_slice : nullptr; }
+
+uint64_t reserve_rows(Generator& g, uint64_t numel, int64_t rows) {
+  const BatchSlice* slice = current_batch_slice();
+  if (slice == nullptr || rows <= 0 || rows != slice->rows || slice->rows == slice->total) return g.reserve(numel);
+  const uint64_t per_row = numel / static_cast<uint64_t>(rows);
+  const uint64_t first = g.reserve(per_row * static_cast<uint64_t>(slice->total));
+  return first + per_row * static_cast<uint64_t>(slice->begin);
+}
 
 }  // namespace minidl

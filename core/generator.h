@@ -43,4 +43,45 @@ Generator& default_generator();
 // Seeds the default generator (like torch.manual_seed).
 void manual_seed(uint64_t seed);
 
+// Note [random draws of a sliced batch]
+// A process of a data-parallel job may train on rows [begin, begin + rows) of a batch of
+// `total` rows that every process builds alike (the Fashion-MNIST trainer over processes, Note
+// [a slice of every batch] in samples/fashion_mnist/trainer.cpp). With a BatchSliceGuard around
+// its forward, an op that draws per row (dropout) reserves the counters of all `total` rows and
+// uses those of its own rows, the ones a single process would use for them. So:
+//   - every process's generator advances alike, even when the rows split unevenly, and one
+//     saved generator state resumes them all (the checkpoint holds rank 0's);
+//   - two processes never draw the same mask (each seeded alike, they would otherwise draw
+//     the same numbers for their first rows);
+//   - the masks are those of a single process training on the whole batch.
+// An op whose first dimension is not `rows` draws as it would without the guard. The guard is
+// per thread: set it on the thread that runs the forward.
+struct BatchSlice {
+  int64_t begin = 0;
+  int64_t rows = 0;
+  int64_t total = 0;
+};
+
+class BatchSliceGuard {
+ public:
+  // Throws a minidl::Error unless 0 <= begin, 0 <= rows and begin + rows <= total.
+  explicit BatchSliceGuard(BatchSlice slice);
+  ~BatchSliceGuard();
+  BatchSliceGuard(const BatchSliceGuard&) = delete;
+  BatchSliceGuard& operator=(const BatchSliceGuard&) = delete;
+
+ private:
+  BatchSlice previous_;
+  bool had_previous_;
+};
+
+// The slice set on this thread, or nullptr.
+const BatchSlice* current_batch_slice();
+
+// Counters for a per-row random draw of `numel` elements over `rows` rows (numel a multiple
+// of rows): reserves them from `g` and returns the offset of the first one this thread uses,
+// for all `total` rows under a matching BatchSliceGuard (Note [random draws of a sliced
+// batch]), else for these rows alone.
+uint64_t reserve_rows(Generator& g, uint64_t numel, int64_t rows);
+
 }  // namespace minidl

@@ -17,7 +17,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Tensor mask = empty(x.shape(), x.options());  // no grad: a constant of the graph
   if (mask.numel() > 0) {
     Generator& g = gen ? *gen : default_generator();
-    const uint64_t seed = g.seed(), offset = g.reserve(static_cast<uint64_t>(mask.numel()));
+    // Per row: a process training on a slice of a batch draws its rows' share of the whole
+    // batch's mask (Note [random draws of a sliced batch] in core/generator.h).
+    const uint64_t seed = g.seed();
+    const uint64_t offset = reserve_rows(g, static_cast<uint64_t>(mask.numel()), x.dim() == 0 ? 1 : x.shape()[0]);
     backend_for(x.device()).dropout_mask(mask, p, seed, offset);
   }
   return mul(x, mask);

@@ -287,7 +287,8 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
   // [n*rank/world, n*(rank+1)/world) of each; its loss, the mean over its rows, is weighted by
   // rows*world/n so that the average DistributedDataParallel takes is the global batch's mean
   // (a weight of 1 when the rows split evenly). The loader position, hence the checkpoint, is
-  // the same on every rank.
+  // the same on every rank, and so is the generator's state: dropout draws each rank's rows of
+  // the whole batch's mask (Note [random draws of a sliced batch] in core/generator.h).
   const int world = config.group ? config.group->world_size() : 1;
   const int rank = config.group ? config.group->rank() : 0;
   const bool lead = rank == 0;  // evaluates, writes metrics, plots and checkpoints
@@ -398,7 +399,10 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
       }
       optimizer->zero_grad();
       const double weight = static_cast<double>(rows * world) / static_cast<double>(n);
+      std::optional<BatchSliceGuard> slice;  // dropout draws this rank's rows of the batch's mask
+      if (world > 1) slice.emplace(BatchSlice{.begin = begin, .rows = rows, .total = n});
       const Tensor loss = criterion(trained(x), y);
+      slice.reset();
       (weight == 1.0 ? loss : loss * weight).backward();
       optimizer->step();
       double batch_loss = loss.item();

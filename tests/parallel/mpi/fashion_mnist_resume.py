@@ -4,7 +4,13 @@ checkpoint) and resumed on 2 processes ends with the same metrics as an uninterr
 run: every column of the metrics CSV but samples_per_s (a timing) is compared as text. Exits 77
 (skipped) when the Fashion-MNIST files are not installed.
 
-Usage: fashion_mnist_resume.py --work-dir DIR -- MPIEXEC_PREFIX... FASHION_MNIST
+With --cnn it trains the CNN on 601 examples, so each epoch's last batch of 25 rows splits 12
+and 13 between the ranks: its dropout draws different numbers of random values on each, and
+the resumed ranks, all restored from rank 0's generator state, continue the run only if dropout
+draws each rank's rows of the whole batch's mask (Note [random draws of a sliced batch] in
+core/generator.h).
+
+Usage: fashion_mnist_resume.py --work-dir DIR [--cnn] -- MPIEXEC_PREFIX... FASHION_MNIST
 """
 import argparse
 import csv
@@ -32,6 +38,7 @@ def rows(path):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--cnn", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -41,8 +48,10 @@ def main() -> int:
         return 77
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
-    # 600 examples in batches of 64: 9 full batches and one of 24 per epoch, 2 epochs.
+    # 600 (601) examples in batches of 64: 9 full batches and one of 24 (25) per epoch, 2 epochs.
     flags = ["--limit", "600", "--test-limit", "500", "--epochs", "2", "--progress", "lines"]
+    if args.cnn:
+        flags = ["--model", "cnn", "--limit", "601"] + flags[2:]
     out = run(command + flags + ["--metrics", "whole.csv"], args.work_dir, "uninterrupted")
     if "2 processes" not in out:
         sys.exit("fashion_mnist_resume: FAILED: the run did not train over 2 processes")
