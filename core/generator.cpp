@@ -64,10 +64,18 @@ uint64_t Generator::next_below(uint64_t bound) {
   }
 }
 
+namespace {
+thread_local Generator* thread_default = nullptr;  // set by DefaultGeneratorGuard
+}  // namespace
+
 Generator& default_generator() {
   static Generator g(0);
-  return g;
+  return thread_default ? *thread_default : g;
 }
+
+DefaultGeneratorGuard::DefaultGeneratorGuard(Generator& g) : previous_(thread_default) { thread_default = &g; }
+
+DefaultGeneratorGuard::~DefaultGeneratorGuard() { thread_default = previous_; }
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 

@@ -39,21 +39,40 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
+// The default generator: the one global generator, or, on a thread inside a
+// DefaultGeneratorGuard, the generator that guard names.
 Generator& default_generator();
 // Seeds the default generator (like torch.manual_seed).
 void manual_seed(uint64_t seed);
 
+// Makes `g` this thread's default generator for the guard's lifetime. DataParallel gives each
+// replica thread its own copy of the caller's generator, so the replicas' draws do not
+// interleave in whatever order the threads happen to run (Note [random draws of a sliced
+// batch] below says how they still draw the whole batch's numbers).
+class DefaultGeneratorGuard {
+ public:
+  explicit DefaultGeneratorGuard(Generator& g);
+  ~DefaultGeneratorGuard();
+  DefaultGeneratorGuard(const DefaultGeneratorGuard&) = delete;
+  DefaultGeneratorGuard& operator=(const DefaultGeneratorGuard&) = delete;
+
+ private:
+  Generator* previous_;
+};
+
 // Note [random draws of a sliced batch]
 // A process of a data-parallel job may train on rows [begin, begin + rows) of a batch of
 // `total` rows that every process builds alike (the Fashion-MNIST trainer over processes, Note
-// [a slice of every batch] in samples/fashion_mnist/trainer.cpp). With a BatchSliceGuard around
-// its forward, an op that draws per row (dropout) reserves the counters of all `total` rows and
-// uses those of its own rows, the ones a single process would use for them. So:
-//   - every process's generator advances alike, even when the rows split unevenly, and one
-//     saved generator state resumes them all (the checkpoint holds rank 0's);
+// [a slice of every batch] in samples/fashion_mnist/trainer.cpp), and a DataParallel replica
+// runs on such a slice (its shard). With a BatchSliceGuard around its forward, an op that draws
+// per row (dropout) reserves the counters of all `total` rows and uses those of its own rows,
+// the ones a single process would use for them. So:
+//   - every process's (every replica's) generator advances alike, even when the rows split
+//     unevenly, and one saved generator state resumes them all (the checkpoint holds rank 0's);
 //   - two processes never draw the same mask (each seeded alike, they would otherwise draw
 //     the same numbers for their first rows);
-//   - the masks are those of a single process training on the whole batch.
+//   - the masks are those of a single process training on the whole batch, whatever the
+//     number of processes or replicas.
 // An op whose first dimension is not `rows` draws as it would without the guard. The guard is
 // per thread: set it on the thread that runs the forward.
 struct BatchSlice {

@@ -157,8 +157,18 @@ Tensor DataParallel::forward(const Tensor& x) {
   const std::vector<Tensor> shards = scatter(x, sizes, devices_);
   std::vector<Tensor> outputs(static_cast<size_t>(used));
   const bool grad_mode = grad_mode_enabled();
+  // Note [a replica's random draws]: each replica draws from its own copy of the caller's
+  // default generator, as the rows of the whole batch it holds (core/generator.h), so dropout
+  // gives the masks one device would, whatever the number of replicas and the order in which
+  // their threads run; the caller's generator then takes the state they all reach.
+  Generator& caller_generator = default_generator();
+  std::vector<Generator> generators(static_cast<size_t>(used), caller_generator);
+  std::vector<int64_t> first_row(static_cast<size_t>(used), 0);
+  for (int r = 1; r < used; ++r) first_row[r] = first_row[r - 1] + sizes[r - 1];
   threads_->run(used, [&](int r) {
     GradModeScope mode(grad_mode);
+    DefaultGeneratorGuard generator(generators[r]);
+    BatchSliceGuard slice(BatchSlice{.begin = first_row[r], .rows = sizes[r], .total = x.size(0)});
     try {
       outputs[r] = (*replicas_[r])(shards[r]);
     } catch (const Error& e) {
@@ -166,6 +176,7 @@ Tensor DataParallel::forward(const Tensor& x) {
                                        " rows): ", e.what()));
     }
   });
+  caller_generator.set_state(generators[0].state());
   return gather(outputs, devices_[0]);
 }
 

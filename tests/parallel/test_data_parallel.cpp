@@ -219,6 +219,27 @@ TEST_CASE("replicas are bitwise copies of the model whenever they run, over 50 s
   for (int r = 1; r < 3; ++r) CHECK(bitwise_equal(dp.replica(r), *model));
 }
 
+// Note [a replica's random draws] (parallel/data_parallel.cpp): the replicas' dropout masks are
+// the rows of the mask one device draws for the whole batch, whatever the replica count (and
+// however the replica threads interleave), and the caller's generator ends where one device's
+// would. Dropout alone, so the outputs are the masks themselves, compared bit for bit.
+TEST_CASE("dropout under DataParallel draws one device's masks, over 1 to 4 replicas", "[parallel][dp][dropout]") {
+  const Tensor x = ones({13, 37});  // 13 rows: uneven shards over 2, 3 and 4 replicas
+  manual_seed(21);
+  auto single = std::make_shared<nn::Dropout>(0.5);
+  const std::vector<float> expected_first = (*single)(x).to_vector<float>();
+  const std::vector<float> expected_second = (*single)(x).to_vector<float>();
+  const GeneratorState expected_state = default_generator().state();
+  for (int n = 1; n <= 4; ++n) {
+    INFO("replicas = " << n);
+    manual_seed(21);
+    DataParallel dp(std::make_shared<nn::Dropout>(0.5), cpu_replicas(n));
+    CHECK(dp(x).to_vector<float>() == expected_first);
+    CHECK(dp(x).to_vector<float>() == expected_second);  // and the next forward goes on from there
+    CHECK(default_generator().state() == expected_state);
+  }
+}
+
 namespace {
 struct WithUnused : nn::Cloneable<WithUnused> {
   std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(6, 3));
