@@ -99,10 +99,9 @@ BatchSliceGuard::~BatchSliceGuard() {
 
 const BatchSlice* current_batch_slice() { return has_slice ? &current_slice : nullptr; }
 
-uint64_t reserve_rows(Generator& g, uint64_t numel, int64_t rows) {
+uint64_t reserve_rows(Generator& g, int64_t rows, uint64_t per_row) {
   const BatchSlice* slice = current_batch_slice();
-  if (slice == nullptr || rows <= 0 || rows != slice->rows || slice->rows == slice->total) return g.reserve(numel);
-  const uint64_t per_row = numel / static_cast<uint64_t>(rows);
+  if (slice == nullptr || rows != slice->rows) return g.reserve(per_row * static_cast<uint64_t>(rows));
   const uint64_t first = g.reserve(per_row * static_cast<uint64_t>(slice->total));
   return first + per_row * static_cast<uint64_t>(slice->begin);
 }

@@ -48,7 +48,8 @@ void manual_seed(uint64_t seed);
 // Makes `g` this thread's default generator for the guard's lifetime. DataParallel gives each
 // replica thread its own copy of the caller's generator, so the replicas' draws do not
 // interleave in whatever order the threads happen to run (Note [random draws of a sliced
-// batch] below says how they still draw the whole batch's numbers).
+// batch] below says how they still draw the whole batch's numbers). Guards nest; each must be
+// destroyed on the thread that made it, innermost first (a scope does that).
 class DefaultGeneratorGuard {
  public:
   explicit DefaultGeneratorGuard(Generator& g);
@@ -74,7 +75,8 @@ class DefaultGeneratorGuard {
 //   - the masks are those of a single process training on the whole batch, whatever the
 //     number of processes or replicas.
 // An op whose first dimension is not `rows` draws as it would without the guard. The guard is
-// per thread: set it on the thread that runs the forward.
+// per thread: set it on the thread that runs the forward. Guards nest (the inner one holds until
+// it ends); each must be destroyed on the thread that made it, innermost first.
 struct BatchSlice {
   int64_t begin = 0;
   int64_t rows = 0;
@@ -97,10 +99,10 @@ class BatchSliceGuard {
 // The slice set on this thread, or nullptr.
 const BatchSlice* current_batch_slice();
 
-// Counters for a per-row random draw of `numel` elements over `rows` rows (numel a multiple
-// of rows): reserves them from `g` and returns the offset of the first one this thread uses,
-// for all `total` rows under a matching BatchSliceGuard (Note [random draws of a sliced
-// batch]), else for these rows alone.
-uint64_t reserve_rows(Generator& g, uint64_t numel, int64_t rows);
+// Counters for a random draw of `per_row` numbers for each of `rows` rows: reserves them from
+// `g` and returns the offset of the first one this thread uses, for all `total` rows under a
+// BatchSliceGuard of `rows` rows (Note [random draws of a sliced batch]; also when `rows` is 0,
+// so that a process with no rows of a batch stays in step), else for these rows alone.
+uint64_t reserve_rows(Generator& g, int64_t rows, uint64_t per_row);
 
 }  // namespace minidl

@@ -15,14 +15,16 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   check_backend_computes(x, "dropout", "x");
   if (!training || p == 0) return x;
   Tensor mask = empty(x.shape(), x.options());  // no grad: a constant of the graph
-  if (mask.numel() > 0) {
-    Generator& g = gen ? *gen : default_generator();
-    // Per row: a process training on a slice of a batch draws its rows' share of the whole
-    // batch's mask (Note [random draws of a sliced batch] in core/generator.h).
-    const uint64_t seed = g.seed();
-    const uint64_t offset = reserve_rows(g, static_cast<uint64_t>(mask.numel()), x.dim() == 0 ? 1 : x.shape()[0]);
-    backend_for(x.device()).dropout_mask(mask, p, seed, offset);
-  }
+  // Counters by rows: a process training on a slice of a batch draws its rows of the whole
+  // batch's mask, and advances the generator as for the whole batch even with no rows at all
+  // (Note [random draws of a sliced batch] in core/generator.h).
+  // A 0-dim x has no rows: one counter of its own.
+  int64_t per_row = 1;
+  for (int d = 1; d < x.dim(); ++d) per_row *= x.shape()[d];
+  Generator& g = gen ? *gen : default_generator();
+  const uint64_t seed = g.seed();
+  const uint64_t offset = x.dim() == 0 ? g.reserve(1) : reserve_rows(g, x.shape()[0], static_cast<uint64_t>(per_row));
+  if (mask.numel() > 0) backend_for(x.device()).dropout_mask(mask, p, seed, offset);
   return mul(x, mask);
 }
 
