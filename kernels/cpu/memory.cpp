@@ -2,6 +2,7 @@
 // row gathers, and the Philox-based random fills (element i uses counter offset + i, so the
 // values do not depend on thread count or device).
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/philox.h"
@@ -17,14 +18,17 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
 }
 
 // Element by element through the N-d counter only where it must be: two contiguous tensors are
-// one memcpy, and tensors whose last dimension is contiguous in both (a narrowed or sliced
-// batch, a column block) are one memcpy per row. The element walk costs about 4x a memcpy of
-// a gradient that fits in cache, and the reducers of DataParallel and DistributedDataParallel
-// copy every gradient twice per step.
+// one block move, and tensors whose last dimension is contiguous in both (a narrowed or sliced
+// batch, a column block) are one move per row. The element walk costs about 4x a memcpy of a
+// gradient that fits in cache, and the reducers of DataParallel and DistributedDataParallel
+// copy every gradient twice per step. memmove, not memcpy: copy_ does not refuse a source and
+// destination that overlap (x.narrow(0, 1, n).copy_(x.narrow(0, 0, n))), and memcpy on
+// overlapping bytes is undefined; rows that overlap other rows are copied in row order, as the
+// element walk copies elements in element order.
 void CpuBackend::strided_copy(const Tensor& src, Tensor& dst) {
   const size_t item = dtype_size(src.dtype());
   if (src.is_contiguous() && dst.is_contiguous()) {
-    std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(dst.numel()) * item);
+    std::memmove(dst.raw_data(), src.raw_data(), static_cast<size_t>(dst.numel()) * item);
     return;
   }
   const int rank = dst.dim();
@@ -38,8 +42,9 @@ void CpuBackend::strided_copy(const Tensor& src, Tensor& dst) {
     const size_t row_bytes = static_cast<size_t>(dst.shape()[rank - 1]) * item;
     const auto* s = static_cast<const char*>(src.raw_data());
     auto* d = static_cast<char*>(dst.raw_data());
+    const auto step = static_cast<ptrdiff_t>(item);
     for_each_strided(rows, src_rows, dst_rows, [&](int64_t, int64_t os, int64_t od) {
-      std::memcpy(d + static_cast<size_t>(od) * item, s + static_cast<size_t>(os) * item, row_bytes);
+      std::memmove(d + static_cast<ptrdiff_t>(od) * step, s + static_cast<ptrdiff_t>(os) * step, row_bytes);
     });
     return;
   }

@@ -118,9 +118,10 @@ TEST_CASE("dtype conversion, copy_ and comparisons for accuracy", "[core][tensor
   CHECK(arange(6).reshape({2, 3}).argmax(0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1});
 }
 
-// The CPU copy takes one of three ways (both contiguous: one memcpy; last dimension contiguous
-// in both: a memcpy per row; else element by element); each is checked against the values
-// read one element at a time, and must leave what lies outside the destination view alone.
+// The CPU copy takes one of three ways (both contiguous: one block move; last dimension
+// contiguous in both: a move per row; else element by element); each is checked against the
+// values read one element at a time, and must leave what lies outside the destination view
+// alone.
 TEST_CASE("copy_ between views writes exactly the view, whichever way it copies", "[core][tensor]") {
   const Tensor src = arange(60, DType::Float64).reshape({3, 4, 5});
   auto expect_view = [](const Tensor& base, const Tensor& view, const Tensor& from, double untouched) {
@@ -140,9 +141,24 @@ TEST_CASE("copy_ between views writes exactly the view, whichever way it copies"
   SECTION("rows: a narrowed source into a narrowed destination") {
     Tensor base = full({3, 6, 7}, -1.0, TensorOptions(DType::Float64));
     Tensor dst = base.narrow(1, 1, 4).narrow(2, 2, 5);
-    const Tensor from = (src + 100.0).narrow(0, 0, 3);
+    const Tensor from = (arange(144, DType::Float64) + 100.0).reshape({3, 6, 8}).narrow(1, 1, 4).narrow(2, 3, 5);
+    REQUIRE_FALSE(from.is_contiguous());
     dst.copy_(from);
     expect_view(base, dst, from, -1.0);
+  }
+  SECTION("one block: contiguous views that start inside their storage") {
+    Tensor base = full({5, 4, 5}, -1.0, TensorOptions(DType::Float64));
+    Tensor dst = base.narrow(0, 1, 3);
+    const Tensor from = (arange(100, DType::Float64) + 100.0).reshape({5, 4, 5}).narrow(0, 2, 3);
+    REQUIRE(from.is_contiguous());
+    REQUIRE(from.offset() != 0);
+    dst.copy_(from);
+    expect_view(base, dst, from, -1.0);
+  }
+  SECTION("overlapping source and destination, as the element walk copies them") {
+    Tensor x = arange(10, DType::Float64);
+    x.narrow(0, 0, 9).copy_(x.narrow(0, 1, 9));  // a shift left: every element read before it is written
+    CHECK(x.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 9});
   }
   SECTION("elements: a transposed source, and a destination strided in its last dimension") {
     Tensor base = full({3, 4, 10}, -1.0, TensorOptions(DType::Float64));
