@@ -202,6 +202,7 @@ void GradientReducer::finish_backward() {
     const std::vector<double> sums = flags.to_vector<double>();
     for (size_t i = 0; i < sums.size(); ++i) used_anywhere[buckets_[b].params[i]] = sums[i] > 0.5;
   }
+  Tensor scale;  // gradient_scale_ as a tensor, made once for the parameters that need it
   for (size_t p = 0; p < params_[0].size(); ++p) {
     bool any = used_anywhere[p];
     for (const auto& ready : ready_) any = any || ready[p];
@@ -216,8 +217,9 @@ void GradientReducer::finish_backward() {
     } else if (grad.is_contiguous() && grad.dtype() == reduced.dtype() && grad.device() == reduced.device()) {
       // The scaled sum written straight into .grad: one pass over the gradient instead of a
       // product in a new tensor and a copy of it.
-      const Tensor scale = scalar_tensor(gradient_scale_, reduced.options()).expand(reduced.shape());
-      backend_for(grad.device()).binary(BinaryOp::Mul, reduced, scale, grad);
+      if (!scale.defined() || scale.dtype() != reduced.dtype() || scale.device() != reduced.device())
+        scale = scalar_tensor(gradient_scale_, reduced.options());
+      backend_for(grad.device()).binary(BinaryOp::Mul, reduced, scale.expand(reduced.shape()), grad);
     } else {  // a .grad the user made strided: the kernels write contiguous outputs
       grad.copy_(reduced * gradient_scale_);
     }
