@@ -158,17 +158,24 @@ Tensor DataParallel::forward(const Tensor& x) {
   std::vector<Tensor> outputs(static_cast<size_t>(used));
   const bool grad_mode = grad_mode_enabled();
   // Note [a replica's random draws]: each replica draws from its own copy of the caller's
-  // default generator, as the rows of the whole batch it holds (core/generator.h), so dropout
-  // gives the masks one device would, whatever the number of replicas and the order in which
-  // their threads run; the caller's generator then takes the state they all reach.
+  // default generator, and a per-row draw (dropout) as the rows of the whole batch its shard
+  // holds (Note [random draws of a sliced batch] in core/generator.h): the masks are one
+  // device's, whatever the number of replicas and the order in which their threads run, and
+  // every replica's generator ends in the same state, which the caller's then takes. A draw that
+  // is not per row gives every replica the numbers one device would draw once; its generator
+  // state is replica 0's. If forward throws, the caller's generator is left as it was. Under a
+  // slice of a larger batch (this process's rows of it), the shards are rows of that batch.
   Generator& caller_generator = default_generator();
   std::vector<Generator> generators(static_cast<size_t>(used), caller_generator);
-  std::vector<int64_t> first_row(static_cast<size_t>(used), 0);
-  for (int r = 1; r < used; ++r) first_row[r] = first_row[r - 1] + sizes[r - 1];
+  BatchSlice batch{.begin = 0, .rows = x.size(0), .total = x.size(0)};
+  if (const BatchSlice* outer = current_batch_slice(); outer != nullptr && outer->rows == x.size(0)) batch = *outer;
+  std::vector<BatchSlice> shard_rows(static_cast<size_t>(used));
+  for (int64_t r = 0, first = batch.begin; r < used; first += sizes[r], ++r)
+    shard_rows[r] = BatchSlice{.begin = first, .rows = sizes[r], .total = batch.total};
   threads_->run(used, [&](int r) {
     GradModeScope mode(grad_mode);
     DefaultGeneratorGuard generator(generators[r]);
-    BatchSliceGuard slice(BatchSlice{.begin = first_row[r], .rows = sizes[r], .total = x.size(0)});
+    BatchSliceGuard slice(shard_rows[r]);
     try {
       outputs[r] = (*replicas_[r])(shards[r]);
     } catch (const Error& e) {

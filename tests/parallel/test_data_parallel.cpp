@@ -238,6 +238,15 @@ TEST_CASE("dropout under DataParallel draws one device's masks, over 1 to 4 repl
     CHECK(dp(x).to_vector<float>() == expected_second);  // and the next forward goes on from there
     CHECK(default_generator().state() == expected_state);
   }
+  // Under a slice of a larger batch (a process's rows of it), the shards are rows of that batch.
+  manual_seed(21);
+  const std::vector<float> big = (*single)(ones({20, 37})).to_vector<float>();
+  manual_seed(21);
+  DataParallel dp(std::make_shared<nn::Dropout>(0.5), cpu_replicas(3));
+  {
+    BatchSliceGuard process_rows(BatchSlice{.begin = 5, .rows = 13, .total = 20});
+    CHECK(dp(x).to_vector<float>() == std::vector<float>(big.begin() + 5 * 37, big.begin() + 18 * 37));
+  }
 }
 
 namespace {
