@@ -8,9 +8,11 @@
 # one-process trainers side by side (each pinned to its own core when THREADS is 1, as mpirun
 # binds the distributed ones), each on 1/PROCS of the examples at BATCH/PROCS rows per step.
 # Each does the computation of one distributed process and communicates nothing, so the floor's
-# epoch (that of the slowest of the PROCS) is the best any data-parallel scheme could reach on
-# this machine: the distributed epoch over the floor's is what communication costs, the floor's
-# over one process's is what the extra cores give.
+# epoch (that of the slowest of the PROCS) is, approximately, what a data-parallel scheme with
+# free communication would reach on this machine (approximately: the independent trainers never
+# wait for each other, so each step does not wait for the slowest one): the distributed epoch
+# over the floor's is what communication costs, the floor's over one process's is what the
+# extra cores give.
 #
 # JSON lines on stdout, one per epoch and configuration, then a summary line; the trainers' own
 # lines and a table on stderr:
