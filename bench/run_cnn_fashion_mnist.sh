@@ -41,7 +41,7 @@ if [[ -z "$py" ]]; then
 fi
 
 # PyTorch's GEMMs run in Debian's OpenBLAS (0.3.21), which does not recognise every CPU: on
-# the project's Intel Xeon VM (family 6, model 207) its own detection falls back to the
+# an Intel Xeon VM (family 6, model 207) its own detection falls back to the
 # Prescott (SSE3) kernels, about half the speed of its AVX-512 ones there, which is why that
 # environment sets OPENBLAS_CORETYPE=Haswell. Give it the best kernels the CPU can run:
 # SkylakeX with AVX-512, Haswell with AVX2 (BENCH_OPENBLAS_CORETYPE overrides; "auto" leaves
