@@ -1,10 +1,18 @@
 // Helpers of the CUDA tests: fresh random inputs made on the CPU and copied to cuda:0, and
 // comparisons of a CUDA result with the CPU reference under a stated tolerance.
+//
+// Two traps every test here avoids (both were caught on a GPU):
+//   - `to()` and `contiguous()` return the tensor itself when nothing changes, so a reference
+//     computed on the CPU from `x.to(Device::cpu())` shares storage with a CPU tensor `x`; a
+//     step that updates in place then changes both. Take a `clone()` where a side mutates.
+//   - C++ leaves the order in which a call's arguments are evaluated unspecified: compute the
+//     result under test and its reference into named variables, in order, before comparing.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -48,9 +56,11 @@ inline void check_close(const Tensor& got, const Tensor& want, double atol, doub
     }
   }
   INFO("worst element " << worst << ": got " << (a.empty() ? 0.f : a[worst]) << ", want " << (b.empty() ? 0.f : b[worst]));
-  INFO(nonfinite_mismatches << " non-finite element(s) not matched by the same value; the first, " << first_mismatch
-                            << ": got " << (a.empty() ? 0.f : a[first_mismatch]) << ", want "
-                            << (b.empty() ? 0.f : b[first_mismatch]));
+  std::ostringstream nonfinite;  // said only when there is one, so a finite failure reads plainly
+  if (nonfinite_mismatches > 0)
+    nonfinite << nonfinite_mismatches << " non-finite element(s) not matched by the same value; the first, "
+              << first_mismatch << ": got " << a[first_mismatch] << ", want " << b[first_mismatch];
+  INFO(nonfinite.str());
   CHECK(nonfinite_mismatches == 0);
   CHECK(worst_excess <= 0.0);
 }

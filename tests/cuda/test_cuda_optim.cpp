@@ -8,11 +8,12 @@ using namespace minidl::cuda_test;
 
 namespace {
 
-// Runs `steps` updates of an optimizer built by make() on a copy of p0 with fixed gradients,
-// on `device`; returns the final parameter.
+// Runs the updates of an optimizer built by make() on a copy of p0, one step per gradient, on
+// `device`; returns the final parameter. The copy is a clone: `to()` returns p0 itself when it
+// is already on `device`, and the optimizer updates its parameter in place.
 template <typename Make>
 Tensor run_updates(const Tensor& p0, const std::vector<Tensor>& grads, Device device, Make make) {
-  Tensor p = p0.to(device).detach().requires_grad_();
+  Tensor p = p0.to(device).clone().detach().requires_grad_();
   auto opt = make(std::vector<Tensor>{p});
   for (const Tensor& g : grads) {
     p.set_grad(g.to(device));
@@ -33,8 +34,9 @@ TEST_CASE("SGD with momentum, nesterov and weight decay on the device matches th
         return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-2, .nesterov = nesterov});
       };
       // Same float32 formula in the same order; only FMA contraction may differ: 1e-6.
-      check_close(run_updates(p0, grads, kGpu, make), run_updates(p0, grads, Device::cpu(), make), 1e-6, 1e-5,
-                  nesterov ? "nesterov" : "momentum");
+      const Tensor on_gpu = run_updates(p0, grads, kGpu, make);
+      const Tensor on_cpu = run_updates(p0, grads, Device::cpu(), make);
+      check_close(on_gpu, on_cpu, 1e-6, 1e-5, nesterov ? "nesterov" : "momentum");
     }
   }
 }
@@ -47,7 +49,13 @@ TEST_CASE("Adam and AdamW on the device match the CPU", "[cuda][optim]") {
     auto adam = [&](std::vector<Tensor> params) { return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-2}); };
     auto adamw = [&](std::vector<Tensor> params) { return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-2}); };
     // sqrt and division in float32 on both sides, contraction aside: 1e-5 relative.
-    check_close(run_updates(p0, grads, kGpu, adam), run_updates(p0, grads, Device::cpu(), adam), 1e-6, 1e-5, "adam");
-    check_close(run_updates(p0, grads, kGpu, adamw), run_updates(p0, grads, Device::cpu(), adamw), 1e-6, 1e-5, "adamw");
+    const Tensor adam_gpu = run_updates(p0, grads, kGpu, adam);
+    const Tensor adam_cpu = run_updates(p0, grads, Device::cpu(), adam);
+    check_close(adam_gpu, adam_cpu, 1e-6, 1e-5, "adam");
+    const Tensor adamw_gpu = run_updates(p0, grads, kGpu, adamw);
+    const Tensor adamw_cpu = run_updates(p0, grads, Device::cpu(), adamw);
+    check_close(adamw_gpu, adamw_cpu, 1e-6, 1e-5, "adamw");
+    // p0 itself is untouched by either run: the CPU run updated a copy.
+    CHECK(p0.to_vector<float>() == random_cpu({n}, 2).to_vector<float>());
   }
 }

@@ -224,7 +224,8 @@ void ddp(parallel::ProcessGroup& group) {
       Tensor loss = criterion((*ddp)(mine.x), mine.y);
       loss.backward();
       opt.step();
-      Tensor global_loss = loss.detach().reshape(Shape{1}).contiguous();
+      // A copy: reshape and contiguous() would hand back loss's own storage, which all_reduce_ writes.
+      Tensor global_loss = loss.detach().reshape(Shape{1}).clone();
       group.all_reduce_(global_loss, parallel::ReduceOp::Average);
       // One process: the union of the ranks' batch j, one mean loss.
       std::vector<int64_t> all;
