@@ -2,6 +2,11 @@
 //   gemm      linear forward (x·Wᵀ + b) and the backward products dX = dY·W and dW = dYᵀ·X at
 //             4096³, 8192³ and the Fashion-MNIST MLP's layers (784→256→128→10) at batch 128 and
 //             4096: the native kernels' TFLOP/s beside cuBLAS's (minidl::set_gemm_impl) and the ratio.
+//   gemm_plan the native kernel on plans given outright (kernels/cuda/gemm.h, native_sgemm_with_plan)
+//             for the weight gradients at batch 4096 (tall thin: K = 4096) and the 4096³ forward:
+//             each tile in a range of K slice counts, beside the cuBLAS time of the same product,
+//             the heuristic's own plan marked, so that a device where another plan wins shows it
+//             (--no-plan-sweep, and --quick, leave it out).
 //   relu      forward and backward at 64 MiB and 1 GiB: GB/s beside a device-to-device
 //             cudaMemcpyAsync of the same size measured in the same run.
 //   ce_fused  softmax-cross-entropy fused forward+backward at [8192, 32768] and [4096, 10]: GB/s
@@ -14,11 +19,13 @@
 // behind a host-held gate (so the host's launch overhead never shows in the device timings),
 // each between two CUDA events on the backend's stream; the median is reported.
 // Checks: a fast wrong kernel is no result, so each output timed is compared after the timing —
-// the GEMM's native result with cuBLAS's (max_rel_diff), ReLU forward and backward with the CPU
+// the GEMM's native result with cuBLAS's (max_rel_diff; a given plan's beyond 1e-3 counts as a
+// mismatch, tolerance beside the check), ReLU forward and backward with the CPU
 // backend's on the same inputs (bit for bit: both compute max(x, 0) and a select), the fused
 // cross-entropy's loss and dlogits on the first rows with a float64 CPU reference (tolerances
 // beside the check). A ReLU or cross-entropy output that differs sets "matches_cpu":false in its
-// JSON line, says so on stderr, and makes the exit status 3 once every case has run.
+// JSON line, says so on stderr, and makes the exit status 3 once every case has run (so does a
+// gemm_plan line with "matches_cublas":false).
 // Output: one JSON line per case on stdout, a table on stderr (--json-only: JSON only).
 // Exit status: 0, 1 on an error, 2 when there is no usable CUDA device, 3 on a mismatch.
 #include <cuda_runtime.h>
@@ -41,6 +48,7 @@
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_impl.h"
 
 namespace {
@@ -51,6 +59,7 @@ struct Options {
   int runs = 25;
   bool quick = false;
   bool json_only = false;
+  bool plan_sweep = true;
   uint64_t seed = 1;
 };
 
@@ -171,7 +180,109 @@ struct GemmSet {
   Tensor x, w, b, y, dy, dx, dw;
 };
 
-void bench_gemm(Backend& be, Timer& timer, const Options& opt, int64_t l2, const GemmShape& s) {
+// The product linear.cu runs for a variant on set d (GemmShape names y[N, M] = x[N, K]·W[M, K]ᵀ):
+//   forward      C[N, M] = x[N, K] · W[M, K]ᵀ + b      (GEMM M, N, K = N, M, K)
+//   backward_dw  C[M, K] = dy[N, M]ᵀ · x[N, K]          (GEMM M, N, K = M, K, N)
+cuda::GemmProblem problem_of(const std::string& variant, const GemmShape& s, GemmSet& d) {
+  cuda::GemmProblem p;
+  if (variant == "forward") {
+    p.m = s.n;
+    p.n = s.m;
+    p.k = s.k;
+    p.a = d.x.data<float>();
+    p.lda = s.k;
+    p.b = d.w.data<float>();  // W [M, K] read as Wᵀ
+    p.ldb = s.k;
+    p.trans_b = true;
+    p.c = d.y.data<float>();
+    p.ldc = s.m;
+    p.bias = d.b.data<float>();
+  } else {
+    MINIDL_CHECK(variant == "backward_dw", "bench_kernels: no plan sweep for ", variant);
+    p.m = s.m;
+    p.n = s.k;
+    p.k = s.n;
+    p.a = d.dy.data<float>();  // dy [N, M] read as dyᵀ
+    p.lda = s.m;
+    p.trans_a = true;
+    p.b = d.x.data<float>();
+    p.ldb = s.k;
+    p.c = d.dw.data<float>();
+    p.ldc = s.k;
+  }
+  return p;
+}
+
+// Times the native kernel on candidate plans for one product (problem_of) beside cuBLAS's time
+// for it (cublas_seconds) and checks each result against cuBLAS's (cublas_out, from data[0]).
+// Candidates: every tile with 1 to `max_splits` K slices (a slice count that rounds to one
+// already timed is skipped), plus the heuristic's plan.
+void sweep_gemm_plans(cudaStream_t stream, int sm_count, Timer& timer, const Options& opt, const GemmShape& s,
+                      const char* variant, std::vector<GemmSet>& data, Tensor GemmSet::*out, double cublas_seconds,
+                      const Tensor& cublas_out, int64_t max_splits) {
+  const int sets = static_cast<int>(data.size());
+  const cuda::GemmProblem shape = problem_of(variant, s, data[0]);
+  const cuda::NativeGemmPlan chosen = cuda::native_gemm_plan(shape.m, shape.n, shape.k, sm_count);
+  std::vector<cuda::NativeGemmPlan> plans;
+  for (cuda::GemmTile tile : cuda::kGemmTiles) {
+    std::vector<int64_t> wanted = {1, 2, 3, 4, 6, 8, 12, 16, 18, 24, 32, 48, 64};
+    if (tile == chosen.tile) wanted.push_back(chosen.splits);
+    for (int64_t splits : wanted) {
+      if (splits > max_splits && !(tile == chosen.tile && splits == chosen.splits)) continue;
+      const cuda::NativeGemmPlan p = cuda::native_gemm_plan_with(tile, splits, shape.m, shape.n, shape.k);
+      const bool seen = std::any_of(plans.begin(), plans.end(), [&](const cuda::NativeGemmPlan& q) {
+        return q.tile == p.tile && q.splits == p.splits;
+      });
+      if (!seen) plans.push_back(p);
+    }
+  }
+  int64_t workspace_floats = 0;
+  for (const cuda::NativeGemmPlan& p : plans) workspace_floats = std::max(workspace_floats, p.workspace_floats());
+  const Tensor workspace = workspace_floats > 0 ? empty({workspace_floats}, on_gpu()) : Tensor();
+  float* ws = workspace_floats > 0 ? workspace.data<float>() : nullptr;
+  const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
+  const double cublas = flops / cublas_seconds / 1e12;
+  for (const cuda::NativeGemmPlan& plan : plans) {
+    const double seconds = timer.median_seconds([&](int run) {
+      cuda::native_sgemm_with_plan(problem_of(variant, s, data[static_cast<size_t>(run % sets)]), plan, sm_count, ws,
+                                   stream);
+    });
+    cuda::native_sgemm_with_plan(problem_of(variant, s, data[0]), plan, sm_count, ws, stream);
+    const double diff = relative_difference(data[0].*out, cublas_out);
+    // Both sum K <= 8192 float32 products of inputs in [-1, 1]: rounding differs by a few 1e-6
+    // of max|C| (the gemm lines' max_rel_diff); a lost or doubled K slice (1/64 of K or more)
+    // moves elements by a few percent of it. 1e-3 lies between.
+    const bool matches = diff <= 1e-3;
+    if (!matches) g_mismatch = true;
+    const cuda::GemmTileShape t = cuda::gemm_tile_shape(plan.tile);
+    const int64_t blocks = ((shape.m + t.bm - 1) / t.bm) * ((shape.n + t.bn - 1) / t.bn) * plan.splits;
+    const bool heuristic = plan.tile == chosen.tile && plan.splits == chosen.splits;
+    const double native = flops / seconds / 1e12;
+    if (!opt.json_only)
+      std::fprintf(stderr, "gemm plan %-12s %5lld x %5lld x %5lld %-9s x%-3lld (k %5lld, %6lld blocks)%-12s native %7.2f  "
+                           "cublas %7.2f TFLOP/s  ratio %.2f  (%.3f ms, max rel diff %.1e)%s\n",
+                   variant, (long long)s.n, (long long)s.k, (long long)s.m, cuda::gemm_tile_name(plan.tile),
+                   (long long)plan.splits, (long long)plan.k_split, (long long)blocks, heuristic ? " [heuristic]" : "",
+                   native, cublas, native / cublas, seconds * 1e3, diff, matches ? "" : "  DIFFERS FROM CUBLAS");
+    std::printf("{\"bench\":\"kernel\",\"kernel\":\"gemm_plan\",\"variant\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,"
+                "\"what\":\"%s\",\"gemm_m\":%lld,\"gemm_n\":%lld,\"gemm_k\":%lld,\"sm_count\":%d,\"tile\":\"%s\","
+                "\"splits\":%lld,\"k_split\":%lld,\"blocks\":%lld,\"heuristic\":%s,\"native_tflops\":%.4f,"
+                "\"cublas_tflops\":%.4f,\"ratio\":%.4f,\"native_ms\":%.5f,\"cublas_ms\":%.5f,\"max_rel_diff\":%.3e,"
+                "\"matches_cublas\":%s,\"runs\":%d,\"buffer_sets\":%d}\n",
+                variant, (long long)s.n, (long long)s.k, (long long)s.m, s.what, (long long)shape.m,
+                (long long)shape.n, (long long)shape.k, sm_count, cuda::gemm_tile_name(plan.tile),
+                (long long)plan.splits, (long long)plan.k_split, (long long)blocks, heuristic ? "true" : "false",
+                native, cublas, native / cublas, seconds * 1e3, cublas_seconds * 1e3, diff,
+                matches ? "true" : "false", opt.runs, sets);
+    std::fflush(stdout);
+  }
+}
+
+// sweep_variants: the variants whose candidate plans are also timed (sweep_gemm_plans), with
+// at most sweep_max_splits K slices.
+void bench_gemm(Backend& be, cudaStream_t stream, int sm_count, Timer& timer, const Options& opt, int64_t l2,
+                const GemmShape& s, const std::vector<std::string>& sweep_variants = {},
+                int64_t sweep_max_splits = 64) {
   const int64_t bytes = 4 * (2 * s.n * s.k + 2 * s.m * s.k + 2 * s.n * s.m + s.m);
   const int sets = sets_for(bytes, l2);
   std::vector<GemmSet> data;
@@ -232,6 +343,8 @@ void bench_gemm(Backend& be, Timer& timer, const Options& opt, int64_t l2, const
                 v.name, (long long)s.n, (long long)s.k, (long long)s.m, s.what, native, cublas, native / cublas,
                 seconds[0] * 1e3, seconds[1] * 1e3, diff, opt.runs, sets);
     std::fflush(stdout);
+    if (std::find(sweep_variants.begin(), sweep_variants.end(), v.name) != sweep_variants.end())
+      sweep_gemm_plans(stream, sm_count, timer, opt, s, v.name, data, v.out, seconds[1], result[1], sweep_max_splits);
   }
 }
 
@@ -368,10 +481,13 @@ int main(int argc, char** argv) {
   Options opt;
   app.add_flag("--quick", opt.quick, "fewer and smaller cases (no 8192^3, no batch 4096, no 1 GiB)");
   app.add_flag("--json-only", opt.json_only, "no table on stderr");
+  bool no_plan_sweep = false;
+  app.add_flag("--no-plan-sweep", no_plan_sweep, "no gemm_plan lines (native GEMM plans given outright)");
   app.add_option("--runs", opt.runs, "timed runs per case (>= 20); the median is reported")
       ->check(CLI::Range(20, 1000));
   app.add_option("--seed", opt.seed, "seed of the random inputs");
   CLI11_PARSE(app, argc, argv);
+  opt.plan_sweep = !no_plan_sweep && !opt.quick;
 
   if (!cuda_is_available()) {
     std::fprintf(stderr, "bench_kernels: no usable CUDA device (%s); nothing to measure\n",
@@ -404,7 +520,16 @@ int main(int argc, char** argv) {
       gemms.push_back({batch, 128, 10, names[2]});
     }
     for (const GemmShape& s : gemms) {
-      bench_gemm(be, timer, opt, l2, s);
+      // The plan sweep: the weight gradients at batch 4096 (tall thin, K = 4096) in up to 64 K
+      // slices, and the 4096³ forward whole or in 2 slices (each run takes milliseconds there).
+      std::vector<std::string> sweep;
+      int64_t sweep_max_splits = 64;
+      if (opt.plan_sweep && s.n == 4096 && s.k != 4096) sweep = {"backward_dw"};
+      if (opt.plan_sweep && s.n == 4096 && s.k == 4096 && s.m == 4096) {
+        sweep = {"forward"};
+        sweep_max_splits = 2;
+      }
+      bench_gemm(be, stream, prop.multiProcessorCount, timer, opt, l2, s, sweep, sweep_max_splits);
       empty_cache(gpu);  // each case's buffers go back before the next case allocates its own
     }
 

@@ -24,25 +24,46 @@
 //     zero-fills the rest, so the inner loop never branches and padding adds 0·0 terms only.
 //   - Epilogue: + bias[j], ReLU, and a guarded store (float4 when C allows, scalar otherwise).
 //
-// Tile configurations, picked by native_gemm_plan. Heuristic on the tile count of C (M·N): the
-// largest tile that still gives at least one block per multiprocessor, else the smallest:
-//   Large  128×128×8,  256 threads = 8 warps (2×4) of 64×32, 8×8 outputs per thread
-//   Medium  64×64×16,  128 threads = 4 warps (2×2) of 32×32, 4×8 outputs per thread
-//   Small   32×32×16,   64 threads = 2 warps (1×2) of 32×16, 4×4 outputs per thread
-// e.g. 4096² → Large (1024 tiles); 1024² → Medium (256 tiles); the MLP's 128×256, 128×128 and
-// 128×10 → Small (32, 16 and 4 tiles). Shared memory (two buffers): 16.5, 17 and 9 KiB.
+// Tile configurations (block tile BM×BN, K step BK; sizes and residency in gemm_plan.h):
+//   Large  128×128×8,  256 threads = 8 warps (2×4) of 64×32, 8×8 outputs per thread, 2 blocks/SM
+//   Medium  64×64×16,  128 threads = 4 warps (2×2) of 32×32, 4×8 outputs per thread, 4 blocks/SM
+//   Small   32×32×16,   64 threads = 2 warps (1×2) of 32×16, 4×4 outputs per thread, 8 blocks/SM
+// Blocks/SM is what the launch bounds guarantee (<= 128 registers a thread: 65536 / (threads ·
+// 128)), 16 warps a multiprocessor in each. Per k a thread does 64, 32 or 16 FMAs for 4, 3 or 2
+// shared float4 reads, and a block does BM·BN/(BM+BN) = 64, 32 or 16 FMAs per float it loads:
+// the large tile is the one that keeps the FMA pipes busy. Shared memory (two buffers): 16.5,
+// 17 and 9 KiB.
 //
-// Split K: when even the small tile fills at most half the multiprocessors and K >= 2·128, K is
-// cut into S = min(ceil(SMs / tiles), K / 128, 16) slices (each a multiple of BK, at least 128
-// long): grid.y = S, slice s writes its partial product to workspace [S, M, N], and
-// splitk_reduce_kernel adds the S partials in order, then bias and ReLU. The MLP's 128×256×784
-// becomes 5 slices of 160 (160 blocks instead of 32).
+// Plans (native_gemm_plan, gemm_plan.cpp), on T tiles of C and a device of P multiprocessors:
+//   1. the large, else the medium tile when T >= P: whole K (4096² → large, 1024 tiles; 1024²
+//      and the MLP's 4096×256×784 forward → medium, 256 tiles);
+//   2. tall and thin (K >= M + N, K >= 2·128): the large, else the medium tile split into
+//      S = min(P·blocks_per_SM / T, K / 128, 32) K slices, when T·S >= P: at most one wave of
+//      resident blocks, each slice a multiple of BK and at least 128 long;
+//   3. else the small tile: whole K, or, when T <= P/2 and K >= 2·128, S = min(ceil(P / T),
+//      K / 128, 32) slices (the MLP's 128×256×784 → 5 slices of 160, 160 blocks).
+// Why 2: the weight gradient of a linear layer at a large batch is C[out, in] with K = batch. On
+// an H200 (132 SMs) 256×784×4096 has 200 small tiles, and the small tile with whole K reaches
+// 0.39 of cuBLAS there: 3 warps per SM, 16 FMAs per float loaded. Step 2 makes it 14 large
+// tiles × 18 slices of 232 = 252 blocks, one wave of the 264 slots (16 warps per SM, as in
+// 4096², where the large tile reaches 0.85), each block 29 K steps. The partials cost S·M·N·4
+// bytes written and read once: 14.4 MB each way against 16.8 MB of A and B (~7 µs even from
+// HBM; one wave of large tiles is at most 264·128²·4 B = 17 MiB, which stays in the 50 MB L2
+// between the two kernels). cuBLAS takes 69 µs, so 0.8 of it allows 87 µs: 80 µs for
+// 1.64 GFLOP is 20.5 TFLOP/s, half of what the large tile sustains at 4096² (41.5).
+// 128×256×4096 → 8 medium tiles × 32 slices of 128 (256 blocks; partials 4 MB each way vs 6 MB
+// of A and B). 10×128×4096 → step 3, 32 small slices of 128: its few blocks are latency-bound,
+// so the shorter each one's K loop, the sooner it ends. The MLP's batch-128 products (K <= 784)
+// and the square ones keep the plans of steps 1 and 3. bench_kernels times other candidates
+// beside these (its gemm_plan lines), so a device where another plan wins shows it.
+//
+// Split K: grid.y = S, slice s writes its partial product to workspace [S, M, N], and
+// splitk_reduce_kernel adds the S partials in order, then bias and ReLU.
 //
 // Determinism: every output (or partial) is one thread's sequential sum over k in a fixed order,
 // and the split count depends only on the shape and the device's multiprocessor count.
 #include "kernels/cuda/gemm.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -57,19 +78,24 @@ namespace {
 // the k-scattered stores of a warp (16 rows × 2 k-groups in the large tile) hit 32 banks.
 constexpr int kSmemPad = 4;
 
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int WMITER_, int WNITER_, int MIN_BLOCKS_>
+// A tile configuration: the block tile, K step and residency come from gemm_plan.h (the plan
+// reasons with the same numbers); the warp layout is the kernel's own.
+template <GemmTile TILE, int WM_, int WN_, int WMITER_, int WNITER_>
 struct TileConfig {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_;  // block tile and K step
-  static constexpr int WM = WM_, WN = WN_;            // warp tile
+  static constexpr GemmTileShape kShape = gemm_tile_shape(TILE);
+  static constexpr int BM = kShape.bm, BN = kShape.bn, BK = kShape.bk;  // block tile and K step
+  static constexpr int WM = WM_, WN = WN_;                                // warp tile
   static constexpr int WMITER = WMITER_, WNITER = WNITER_;
   static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
   static constexpr int THREADS = WARPS_M * WARPS_N * kWarpSize;
   static constexpr int SUB_M = WM / WMITER, SUB_N = WN / WNITER;  // one pass of a warp's 32 lanes
   static constexpr int LANES_M = SUB_M / 4, LANES_N = SUB_N / 4;  // lane grid, 4×4 outputs each
   static constexpr int TM = 4 * WMITER, TN = 4 * WNITER;          // outputs per thread
-  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;                  // caps registers at 128
+  static constexpr int MIN_BLOCKS = kShape.min_blocks;            // resident blocks: caps registers at 128
   static constexpr int LDS_A = BM + kSmemPad, LDS_B = BN + kSmemPad;
 
+  static_assert(THREADS == kShape.threads, "the warp layout must have the threads gemm_plan.h states");
+  static_assert(MIN_BLOCKS * THREADS * 128 == 65536, "min_blocks is the residency of 128 registers a thread");
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the block tile");
   static_assert(WM % WMITER == 0 && WN % WNITER == 0, "sub-tiles must cover the warp tile");
   static_assert(LANES_M * LANES_N == kWarpSize, "a sub-tile is 32 lanes of 4x4 outputs");
@@ -77,9 +103,9 @@ struct TileConfig {
   static_assert((BM * BK / 4) % THREADS == 0 && (BN * BK / 4) % THREADS == 0, "loads must split evenly");
 };
 
-using LargeTile = TileConfig<128, 128, 8, 64, 32, 2, 2, 2>;
-using MediumTile = TileConfig<64, 64, 16, 32, 32, 1, 2, 4>;
-using SmallTile = TileConfig<32, 32, 16, 32, 16, 1, 1, 8>;
+using LargeTile = TileConfig<GemmTile::Large128x128, 64, 32, 2, 2>;
+using MediumTile = TileConfig<GemmTile::Medium64x64, 32, 32, 1, 2>;
+using SmallTile = TileConfig<GemmTile::Small32x32, 32, 16, 1, 1>;
 
 // Everything a launch needs, by value in the kernel's parameter space.
 struct SgemmArgs {
@@ -306,20 +332,13 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t 
 // ---- launchers ----
 
 constexpr int kReduceThreads = 256;
-constexpr int64_t kMinSplitK = 128;  // shortest K slice worth a block's prologue and epilogue
-constexpr int64_t kMaxSplits = 16;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-template <class Cfg>
-int64_t tiles_of(int64_t m, int64_t n) {
-  return ceil_div(m, Cfg::BM) * ceil_div(n, Cfg::BN);
-}
 
 template <class Cfg, bool TRANS_A, bool TRANS_B>
 void launch_sgemm(SgemmArgs args, int64_t splits, cudaStream_t stream) {
   const int64_t tiles_m = ceil_div(args.m, Cfg::BM);
-  const int64_t blocks = tiles_of<Cfg>(args.m, args.n);
+  const int64_t blocks = tiles_m * ceil_div(args.n, Cfg::BN);
   MINIDL_CHECK(blocks <= INT32_MAX, "native_sgemm: ", args.m, "x", args.n, " needs ", blocks,
                " thread blocks of ", Cfg::BM, "x", Cfg::BN, ", more than a grid holds");
   args.tiles_m = static_cast<int>(tiles_m);
@@ -341,44 +360,17 @@ void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, in
 
 }  // namespace
 
-NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count) {
-  const int64_t sms = sm_count > 0 ? sm_count : 1;
-  NativeGemmPlan plan;
-  plan.m = m;
-  plan.n = n;
-  plan.k_split = k;
-  if (tiles_of<LargeTile>(m, n) >= sms) {
-    plan.tile = GemmTile::Large128x128;
-  } else if (tiles_of<MediumTile>(m, n) >= sms) {
-    plan.tile = GemmTile::Medium64x64;
-  } else {
-    plan.tile = GemmTile::Small32x32;
-    const int64_t tiles = tiles_of<SmallTile>(m, n);
-    if (2 * tiles <= sms && k >= 2 * kMinSplitK) {
-      const int64_t wanted = std::min({ceil_div(sms, tiles), k / kMinSplitK, kMaxSplits});
-      plan.k_split = ceil_div(ceil_div(k, wanted), SmallTile::BK) * SmallTile::BK;
-      plan.splits = ceil_div(k, plan.k_split);  // <= wanted; every slice non-empty
-    }
-  }
-  return plan;
-}
-
-const char* gemm_tile_name(GemmTile tile) {
-  switch (tile) {
-    case GemmTile::Large128x128: return "128x128x8";
-    case GemmTile::Medium64x64: return "64x64x16";
-    case GemmTile::Small32x32: return "32x32x16";
-  }
-  return "?";
-}
-
-void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream) {
+void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, int sm_count, float* workspace,
+                            cudaStream_t stream) {
   // The caller (linear.cu's run_gemm) handles empty products and derives the leading dimensions.
   MINIDL_INTERNAL_ASSERT(p.m >= 1 && p.n >= 1 && p.k >= 1, "M, N, K = ", p.m, ", ", p.n, ", ", p.k);
   MINIDL_INTERNAL_ASSERT(p.lda >= (p.trans_a ? p.m : p.k) && p.ldb >= (p.trans_b ? p.k : p.n) && p.ldc >= p.n,
                          "lda, ldb, ldc = ", p.lda, ", ", p.ldb, ", ", p.ldc);
   MINIDL_CHECK(p.m <= kMaxGemmDim && p.n <= kMaxGemmDim && p.k <= kMaxGemmDim, "native_sgemm: M, N, K = ", p.m,
                ", ", p.n, ", ", p.k, " exceed the supported ", kMaxGemmDim, " per dimension");
+  check_gemm_plan(plan, p.m, p.n, p.k);
+  MINIDL_CHECK(plan.splits == 1 || workspace != nullptr, "native_sgemm: ", p.m, "x", p.n, "x", p.k, " in ",
+               plan.splits, " K slices needs a workspace of ", plan.workspace_floats(), " floats");
   SgemmArgs args;
   args.a = p.a;
   args.b = p.b;
@@ -390,14 +382,12 @@ void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStre
   args.m = static_cast<int>(p.m);
   args.n = static_cast<int>(p.n);
   args.k = static_cast<int>(p.k);
+  args.k_split = static_cast<int>(plan.k_split);  // <= K rounded up to BK (check_gemm_plan): fits an int
   args.relu = p.relu;
   args.vec_a = aligned16(p.a) && p.lda % 4 == 0;
   args.vec_b = aligned16(p.b) && p.ldb % 4 == 0;
   args.vec_c = aligned16(p.c) && p.ldc % 4 == 0;
-  const NativeGemmPlan plan = native_gemm_plan(p.m, p.n, p.k, sm_count);
-  args.k_split = static_cast<int>(plan.k_split);
   if (plan.splits > 1) {  // slices write partials [splits, M, N]; bias and ReLU wait for their sum
-    MINIDL_INTERNAL_ASSERT(workspace != nullptr, p.m, "x", p.n, "x", p.k, " splits K ", plan.splits, " ways");
     args.c = workspace;
     args.ldc = p.n;
     args.bias = nullptr;
@@ -416,6 +406,10 @@ void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStre
                                                                 p.relu);
     MINIDL_LAUNCH_CHECK();
   }
+}
+
+void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream) {
+  native_sgemm_with_plan(p, native_gemm_plan(p.m, p.n, p.k, sm_count), sm_count, workspace, stream);
 }
 
 }  // namespace minidl::cuda

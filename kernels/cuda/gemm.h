@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/gemm_plan.h"
+
 namespace minidl::cuda {
 
 // C[M, N] = act(op(A) · op(B) + bias), every matrix row-major float32:
@@ -34,25 +36,17 @@ struct GemmProblem {
 // arithmetic stays clear of int overflow below this). Checked with a clear error.
 constexpr int64_t kMaxGemmDim = int64_t{1} << 30;
 
-// How the native kernel runs a problem (native_gemm_plan states the heuristics): its block tile,
-// and the number of K splits — more than one when even the small tile leaves most multiprocessors
-// idle and K is long; each split then writes a partial product to a workspace of
-// workspace_floats() floats, and a second kernel adds them in split order (deterministic).
-enum class GemmTile : uint8_t { Large128x128, Medium64x64, Small32x32 };
-struct NativeGemmPlan {
-  GemmTile tile = GemmTile::Large128x128;
-  int64_t splits = 1;   // K splits
-  int64_t k_split = 0;  // K values per split (a multiple of the tile's K step), the last may be shorter
-  int64_t m = 0, n = 0;
-  int64_t workspace_floats() const { return splits > 1 ? splits * m * n : 0; }
-};
-NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count);
-const char* gemm_tile_name(GemmTile tile);
-
-// Hand-written tiled SGEMM (gemm.cu). Needs m, n, k >= 1, and `workspace` on the same device
-// with native_gemm_plan(m, n, k, sm_count).workspace_floats() floats (nullptr when that is 0).
-// Queued on `stream`.
+// Hand-written tiled SGEMM (gemm.cu) on the plan native_gemm_plan(m, n, k, sm_count) picks
+// (gemm_plan.h). Needs m, n, k >= 1, and `workspace` on the same device with that plan's
+// workspace_floats() floats (nullptr when that is 0). Queued on `stream`.
 void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream);
+
+// The same on a plan given by the caller (benchmarks and tests try plans the heuristic would not
+// pick): throws minidl::Error if check_gemm_plan refuses it for p's M, N, K, or if it splits K
+// and `workspace` is nullptr (it must hold plan.workspace_floats() floats). `sm_count` sizes
+// the grid of the split-K sum only.
+void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, int sm_count, float* workspace,
+                            cudaStream_t stream);
 
 // The same through cublasSgemm plus an epilogue kernel for bias/ReLU (cublas_gemm.cu).
 // Needs m, n, k >= 1; `handle` is bound to the stream the epilogue runs on.

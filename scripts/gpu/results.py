@@ -188,16 +188,17 @@ def generic_line(r, skip=("step",)):
 
 def gemm_lines(records):
     """bench_kernels' GEMM records, one line per shape: native/cuBLAS TFLOP/s and their ratio for each
-    variant; records of a plan sweep (a "plan" field), one line per variant and shape."""
+    variant; the records of bench_kernels' plan sweep (kernel "gemm_plan"), one line per variant and
+    shape: each plan's tile x splits, its TFLOP/s and its ratio to cuBLAS."""
     shapes, plans = {}, {}
     for r in records:
         shape = f"{r['n']}x{r['k']}x{r['m']}"
-        if "plan" in r:
-            value = next((r[k] for k in ("native_tflops", "tflops", "native_ms", "ms") if k in r), None)
-            unit = next((u for k, u in (("native_tflops", "TFLOP/s"), ("tflops", "TFLOP/s"), ("native_ms", "ms"),
-                                        ("ms", "ms")) if k in r), "")
-            plans.setdefault((r.get("step", "?"), r.get("variant", "?"), shape, unit), []).append(
-                f"{r['plan']}{'*' if r.get('chosen') else ''} {number(value)}")
+        if r.get("kernel") == "gemm_plan":  # one plan of bench_kernels' sweep: tile x splits
+            tile = str(r.get("tile", "?")).rsplit("x", 1)[0]  # 128x128x8 -> 128x128
+            mark = "*" if r.get("heuristic") else ""
+            bad = "" if r.get("matches_cublas", True) else " MISMATCH"
+            plans.setdefault((r.get("step", "?"), r.get("variant", "?"), shape, "TFLOP/s, * the heuristic's"), []).append(
+                f"{tile}x{r.get('splits', '?')}{mark} {number(r.get('native_tflops'))} ({number(r.get('ratio'))}){bad}")
         else:
             shapes.setdefault((r.get("step", "?"), shape, r.get("what", "")), []).append(
                 f"{r['variant']} {r['native_tflops']:.3g}/{r['cublas_tflops']:.3g} {r['ratio']:.2f}")
@@ -313,9 +314,9 @@ def summary(results_path):
     lines += training_lines(records)
     lines += [gpu_state_line(r) for r in records if r.get("kind") == "gpu_state"]
     # The figures last: cut first when the summary would outgrow SUMMARY_CHARS.
-    figures = gemm_lines([r for r in records if r.get("kernel") == "gemm" and "n" in r])
+    figures = gemm_lines([r for r in records if r.get("kernel") in ("gemm", "gemm_plan") and "n" in r])
     for r in records:
-        if r.get("kernel") == "gemm" and "n" in r:
+        if r.get("kernel") in ("gemm", "gemm_plan") and "n" in r:
             continue
         try:
             line = figure_line(r)

@@ -5,8 +5,8 @@
 // scalar load path), native against cuBLAS, and run-to-run determinism. Which plan (tile size,
 // split K) the native kernel takes for each shape is asserted, so a change of its heuristic
 // cannot silently drop a path from these tests; and each plan is also forced on small shapes
-// (a small multiprocessor count given to the kernel), which is what compute-sanitizer runs
-// ([small]; the shapes of the other tests are [large] for it).
+// (a small multiprocessor count given to the kernel, and plans given outright), which is what
+// compute-sanitizer runs ([small]; the shapes of the other tests are [large] for it).
 //
 // Tolerance (Note [GEMM tolerance]): the CPU, the native kernel and cuBLAS add the K products of
 // each output in different orders (and tile sizes), so their float32 results differ by rounding.
@@ -21,13 +21,16 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/error.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_impl.h"
 
@@ -59,11 +62,14 @@ struct GemmShape {
 // Tile-unfriendly shapes, the MLP's (batch 128, 784-256-128-10), K not a multiple of any BK, and
 // two big enough that the native kernel takes its medium (600x900: 150 tiles of 64) and large
 // (1537x1400: 143 tiles of 128) configurations on a 132-SM H200; the rest take the small tile,
-// and 1000x1x999, 257x31x1000 and 128x256x784 also split K (5, 7 and 5 slices, gemm.cu).
+// and 1000x1x999, 257x31x1000 and 128x256x784 also split K (5, 7 and 5 slices, gemm.cu). Two
+// tall thin ones split K over a larger tile: 300x500x3000 (12 large tiles x 21 slices of 144)
+// and 130x260x2000 (15 medium tiles x 14 slices of 144).
 // kPlansOn132 states each shape's plan; the first test case below holds the heuristic to it.
-const GemmShape kShapes[] = {{1, 1, 1},       {17, 33, 65},    {1000, 1, 999},  {128, 784, 256}, {128, 128, 10},
-                             {257, 31, 1000}, {128, 256, 784}, {128, 10, 128},  {5, 300, 9},     {600, 900, 130},
-                             {1537, 1400, 67}};
+const GemmShape kShapes[] = {{1, 1, 1},       {17, 33, 65},    {1000, 1, 999},   {128, 784, 256},
+                             {128, 128, 10},  {257, 31, 1000}, {128, 256, 784},  {128, 10, 128},
+                             {5, 300, 9},     {600, 900, 130}, {1537, 1400, 67}, {300, 500, 3000},
+                             {130, 260, 2000}};
 
 // A native GEMM plan: the tile and the number of K slices (1: no split).
 struct Plan {
@@ -73,8 +79,9 @@ struct Plan {
 constexpr int kH200Sms = 132;  // an H200's multiprocessors: the device these shapes were chosen for
 constexpr cuda::GemmTile kLarge = cuda::GemmTile::Large128x128, kMedium = cuda::GemmTile::Medium64x64,
                          kSmall = cuda::GemmTile::Small32x32;
-const Plan kPlansOn132[] = {{kSmall, 1}, {kSmall, 1}, {kSmall, 5}, {kSmall, 1},  {kSmall, 1}, {kSmall, 7},
-                            {kSmall, 5}, {kSmall, 1}, {kSmall, 1}, {kMedium, 1}, {kLarge, 1}};
+const Plan kPlansOn132[] = {{kSmall, 1}, {kSmall, 1},  {kSmall, 5}, {kSmall, 1},   {kSmall, 1},
+                            {kSmall, 7}, {kSmall, 5},  {kSmall, 1}, {kSmall, 1},   {kMedium, 1},
+                            {kLarge, 1}, {kLarge, 21}, {kMedium, 14}};
 static_assert(std::size(kPlansOn132) == std::size(kShapes), "one plan per shape");
 
 // The misaligned test's shapes: small, medium and large tiles on an H200, and a small one that
@@ -201,12 +208,12 @@ TEST_CASE("the shapes of the GEMM tests reach every native plan on this device",
   for (const GemmShape& s : kShapes) reached.insert(path_of(cuda::native_gemm_plan(s.m, s.n, s.k, sms)));
   for (const GemmShape& s : kMisalignedShapes)
     reached_misaligned.insert(path_of(cuda::native_gemm_plan(s.m, s.n, s.k, sms)));
+  INFO("on " << sms << " multiprocessors (the shapes were chosen for " << kH200Sms << ")");
   for (cuda::GemmTile tile : {kLarge, kMedium, kSmall}) {
-    INFO("on " << sms << " multiprocessors (the shapes were chosen for " << kH200Sms << ")");
     CHECK(reached.count(cuda::gemm_tile_name(tile)) == 1);
+    CHECK(reached.count(std::string(cuda::gemm_tile_name(tile)) + " split K") == 1);
     CHECK(reached_misaligned.count(cuda::gemm_tile_name(tile)) == 1);
   }
-  CHECK(reached.count(std::string(cuda::gemm_tile_name(kSmall)) + " split K") == 1);
   CHECK(reached_misaligned.count(std::string(cuda::gemm_tile_name(kSmall)) + " split K") == 1);
 }
 
@@ -413,84 +420,156 @@ TEST_CASE("the native cuda GEMM and column sums give the same bits on every run"
 namespace {
 
 // A plan forced on a small shape: the multiprocessor count the kernel is told, which moves its
-// heuristic to the plan named (native_gemm_plan, gemm.cu).
+// heuristic to the plan named (native_gemm_plan, gemm_plan.cpp).
 struct ForcedPlan {
   GemmShape shape;
   int sm_count;
   Plan plan;
 };
 // 130x260: 6 tiles of 128 >= 1 SM -> large. 130x130: 4 tiles of 128 < 8 <= 9 tiles of 64 ->
-// medium. 40x40x20: 4 tiles of 32 and 2·4 > 4 SMs -> small, whole K. 40x40x300 on 16 SMs:
-// 2·4 <= 16 and K >= 256 -> 2 slices (160 and a shorter 140). 33x70x520 on 64 SMs: 4 slices of
-// 144, the last 88. Every K here leaves a tail shorter than the tile's K step.
-const ForcedPlan kForcedPlans[] = {{{130, 260, 41}, 1, {kLarge, 1}},
-                                   {{130, 130, 43}, 8, {kMedium, 1}},
-                                   {{40, 40, 21}, 4, {kSmall, 1}},
-                                   {{40, 40, 300}, 16, {kSmall, 2}},
-                                   {{33, 70, 520}, 64, {kSmall, 4}}};
+// medium. 40x40x21: 4 tiles of 32 and 2·4 > 4 SMs -> small, whole K. 40x40x300 on 16 SMs: a
+// large or medium tile in 2 slices (K / 128) is 2 blocks < 16; small: 2·4 <= 16 and K >= 256
+// -> 2 slices (160 and a shorter 140). 33x70x520 on 64 SMs: 4 small slices of 144,
+// the last 88. 130x100x1001 on 8 SMs: 2 large tiles (and 6 medium ones) < 8, K >= M + N ->
+// 7 large slices of 144 (14 blocks <= 8·2), the last 137. 100x100x900 on 16 SMs: 7 large slices
+// give 7 blocks < 16; 4 medium tiles x 7 slices of 144 (the last 36) = 28 blocks. Every K here
+// leaves a tail shorter than the tile's K step.
+const ForcedPlan kForcedPlans[] = {{{130, 260, 41}, 1, {kLarge, 1}},       {{130, 130, 43}, 8, {kMedium, 1}},
+                                   {{40, 40, 21}, 4, {kSmall, 1}},         {{40, 40, 300}, 16, {kSmall, 2}},
+                                   {{33, 70, 520}, 64, {kSmall, 4}},       {{130, 100, 1001}, 8, {kLarge, 7}},
+                                   {{100, 100, 900}, 16, {kMedium, 7}}};
+
+// Runs C = act(op(A)·op(B) + bias) for `s` on the native kernel directly (kernels/cuda/gemm.h) in
+// every transpose variant, on the legacy default stream after the backend's stream is
+// synchronised, and compares it with the CPU. With heuristic_sms > 0 through native_sgemm told
+// that many multiprocessors (whose plan the caller has checked is `plan`), else through
+// native_sgemm_with_plan(plan). `cases` lists the (epilogue, misaligned) pairs to run: with the
+// epilogue bias + ReLU are fused; misaligned operands start 4 bytes past 16-byte alignment.
+void check_native_plan(const GemmShape& s, const cuda::NativeGemmPlan& plan, int heuristic_sms,
+                       std::initializer_list<std::pair<bool, bool>> cases, uint64_t& seed) {
+  Tensor workspace = plan.workspace_floats() > 0 ? nan_gpu({plan.workspace_floats()}) : Tensor();
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool ta = (variant & 1) != 0, tb = (variant & 2) != 0;
+    const Tensor a = random_cpu(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, ++seed);
+    const Tensor b = random_cpu(tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, ++seed);
+    const Tensor bias = random_cpu({s.n}, ++seed);
+    Tensor product = empty({s.m, s.n}, on_cpu());
+    cpu_backend().matmul(a, b, product, ta, tb);
+    for (const std::pair<bool, bool>& c : cases) {
+      const bool epilogue = c.first, misaligned = c.second;
+      // want = relu(op(A)·op(B) + bias) with the epilogue, op(A)·op(B) without it.
+      std::vector<float> w = product.to_vector<float>();
+      const std::vector<float> bv = bias.to_vector<float>();
+      if (epilogue)
+        for (size_t i = 0; i < w.size(); ++i) {
+          const float v = w[i] + bv[i % static_cast<size_t>(s.n)];
+          w[i] = v < 0.0f ? 0.0f : v;
+        }
+      const Tensor want = from_vector(w, Shape{s.m, s.n}, on_cpu());
+      // ReLU is 1-Lipschitz: the bound of the pre-activation holds after it.
+      const Tensor scale = product_scale(a, b, ta, tb, s.m, s.n, epilogue ? bias : Tensor());
+      auto place = [&](const Tensor& t) { return misaligned ? offset_copy(t) : t.to(kGpu); };
+      const Tensor ag = place(a), bg = place(b), biasg = place(bias);
+      Tensor got = place(full({s.m, s.n}, std::numeric_limits<double>::quiet_NaN(), on_cpu()));
+      cuda::GemmProblem p;
+      p.m = s.m;
+      p.n = s.n;
+      p.k = s.k;
+      p.a = ag.data<float>();
+      p.lda = ta ? s.m : s.k;
+      p.trans_a = ta;
+      p.b = bg.data<float>();
+      p.ldb = tb ? s.k : s.n;
+      p.trans_b = tb;
+      p.c = got.data<float>();
+      p.ldc = s.n;
+      p.bias = epilogue ? biasg.data<float>() : nullptr;
+      p.relu = epilogue;
+      float* ws = workspace.defined() ? workspace.data<float>() : nullptr;
+      backend_for(kGpu).synchronize();  // the inputs, written on the backend's stream
+      if (heuristic_sms > 0) cuda::native_sgemm(p, heuristic_sms, ws, nullptr);
+      else cuda::native_sgemm_with_plan(p, plan, device_sm_count(), ws, nullptr);
+      REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+      const std::string what = std::string(heuristic_sms > 0 ? "forced " : "given ") + plan_str(plan) +
+                               (epilogue ? ", bias+relu" : "") + (misaligned ? ", misaligned" : "");
+      check_gemm_close(got, want, scale, describe(what.c_str(), s, GemmImpl::Native, ta, tb));
+    }
+  }
+}
 
 }  // namespace
 
 TEST_CASE("the native cuda GEMM forced into each tile plan and split K on small shapes matches the cpu",
           "[cuda][gemm][small]") {
-  // The kernel is called directly (kernels/cuda/gemm.h) with a made-up multiprocessor count,
-  // on the legacy default stream after the backend's stream is synchronised; in every transpose
-  // variant, with and without the bias + ReLU epilogue, on aligned and misaligned operands.
+  // In every transpose variant, with and without the bias + ReLU epilogue, on aligned and
+  // misaligned operands.
   uint64_t seed = 1200;
+  std::set<std::string> forced;
   for (const ForcedPlan& f : kForcedPlans) {
     const GemmShape& s = f.shape;
     const cuda::NativeGemmPlan plan = cuda::native_gemm_plan(s.m, s.n, s.k, f.sm_count);
     INFO("M=" << s.m << " N=" << s.n << " K=" << s.k << " on " << f.sm_count << " SMs: " << plan_str(plan));
     REQUIRE(plan.tile == f.plan.tile);
     REQUIRE(plan.splits == f.plan.splits);
-    Tensor workspace = plan.workspace_floats() > 0 ? nan_gpu({plan.workspace_floats()}) : Tensor();
-    for (int variant = 0; variant < 4; ++variant) {
-      const bool ta = (variant & 1) != 0, tb = (variant & 2) != 0;
-      const Tensor a = random_cpu(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, ++seed);
-      const Tensor b = random_cpu(tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, ++seed);
-      const Tensor bias = random_cpu({s.n}, ++seed);
-      Tensor product = empty({s.m, s.n}, on_cpu());
-      cpu_backend().matmul(a, b, product, ta, tb);
-      for (bool epilogue : {false, true}) {
-        // want = relu(op(A)·op(B) + bias) with the epilogue, op(A)·op(B) without it.
-        std::vector<float> w = product.to_vector<float>();
-        const std::vector<float> bv = bias.to_vector<float>();
-        if (epilogue)
-          for (size_t i = 0; i < w.size(); ++i) {
-            const float v = w[i] + bv[i % static_cast<size_t>(s.n)];
-            w[i] = v < 0.0f ? 0.0f : v;
-          }
-        const Tensor want = from_vector(w, Shape{s.m, s.n}, on_cpu());
-        // ReLU is 1-Lipschitz: the bound of the pre-activation holds after it.
-        const Tensor scale = product_scale(a, b, ta, tb, s.m, s.n, epilogue ? bias : Tensor());
-        for (bool misaligned : {false, true}) {
-          auto place = [&](const Tensor& t) { return misaligned ? offset_copy(t) : t.to(kGpu); };
-          const Tensor ag = place(a), bg = place(b), biasg = place(bias);
-          Tensor got = place(full({s.m, s.n}, std::numeric_limits<double>::quiet_NaN(), on_cpu()));
-          cuda::GemmProblem p;
-          p.m = s.m;
-          p.n = s.n;
-          p.k = s.k;
-          p.a = ag.data<float>();
-          p.lda = ta ? s.m : s.k;
-          p.trans_a = ta;
-          p.b = bg.data<float>();
-          p.ldb = tb ? s.k : s.n;
-          p.trans_b = tb;
-          p.c = got.data<float>();
-          p.ldc = s.n;
-          p.bias = epilogue ? biasg.data<float>() : nullptr;
-          p.relu = epilogue;
-          backend_for(kGpu).synchronize();  // the inputs, written on the backend's stream
-          cuda::native_sgemm(p, f.sm_count, workspace.defined() ? workspace.data<float>() : nullptr, nullptr);
-          REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
-          const std::string what = std::string("forced ") + plan_str(plan) + (epilogue ? ", bias+relu" : "") +
-                                   (misaligned ? ", misaligned" : "");
-          check_gemm_close(got, want, scale, describe(what.c_str(), s, GemmImpl::Native, ta, tb));
-        }
+    forced.insert(path_of(plan));
+    check_native_plan(s, plan, f.sm_count, {{false, false}, {true, false}, {false, true}, {true, true}}, seed);
+  }
+  for (cuda::GemmTile tile : {kLarge, kMedium, kSmall}) {  // the table reaches every path
+    CHECK(forced.count(cuda::gemm_tile_name(tile)) == 1);
+    CHECK(forced.count(std::string(cuda::gemm_tile_name(tile)) + " split K") == 1);
+  }
+}
+
+TEST_CASE("the native cuda GEMM on plans given outright matches the cpu for every tile and slice count",
+          "[cuda][gemm][small]") {
+  // Plans the heuristic may never pick (native_gemm_plan_with): each tile whole and in 2, 3 and
+  // many K slices, down to one K step per slice (the small tile's 21 slices of 16 for K = 333,
+  // the last 13 long); odd M and N that leave partial tiles on both edges.
+  uint64_t seed = 1400;
+  for (const GemmShape& s : {GemmShape{37, 45, 333}, GemmShape{130, 70, 200}}) {
+    for (cuda::GemmTile tile : {kLarge, kMedium, kSmall}) {
+      for (int64_t splits : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{21}}) {
+        const cuda::NativeGemmPlan plan = cuda::native_gemm_plan_with(tile, splits, s.m, s.n, s.k);
+        INFO("M=" << s.m << " N=" << s.n << " K=" << s.k << ": " << plan_str(plan));
+        REQUIRE_NOTHROW(cuda::check_gemm_plan(plan, s.m, s.n, s.k));
+        check_native_plan(s, plan, 0, {{false, false}, {true, true}}, seed);
       }
     }
   }
+}
+
+TEST_CASE("the native cuda GEMM refuses a plan that does not fit its problem before launching", "[cuda][gemm][small]") {
+  const Tensor a = random_cpu({37, 333}, 1500).to(kGpu), b = random_cpu({333, 45}, 1501).to(kGpu);
+  Tensor c = nan_gpu({37, 45});
+  cuda::GemmProblem p;
+  p.m = 37;
+  p.n = 45;
+  p.k = 333;
+  p.a = a.data<float>();
+  p.lda = 333;
+  p.b = b.data<float>();
+  p.ldb = 45;
+  p.c = c.data<float>();
+  p.ldc = 45;
+  const int sms = device_sm_count();
+  backend_for(kGpu).synchronize();
+  // A plan for another C, one whose slices end before K (3 of 80 for K = 200), and a split one
+  // without workspace.
+  CHECK_THROWS_AS(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kSmall, 1, 37, 46, 333), sms, nullptr,
+                                               nullptr),
+                  Error);
+  CHECK_THROWS_AS(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kSmall, 3, 37, 45, 200), sms, nullptr,
+                                               nullptr),
+                  Error);
+  CHECK_THROWS_AS(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kMedium, 3, 37, 45, 333), sms, nullptr,
+                                               nullptr),
+                  Error);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  // Nothing ran: C is still all NaN.
+  const std::vector<float> v = c.to(Device::cpu()).to_vector<float>();
+  size_t written = 0;
+  for (float x : v) written += std::isnan(x) ? 0 : 1;
+  CHECK(written == 0);
 }
 
 TEST_CASE("cuda linear backward's column sums of small tall inputs match the cpu", "[cuda][gemm][linear][small]") {

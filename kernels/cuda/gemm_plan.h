@@ -1,0 +1,59 @@
+// How the hand-written SGEMM (gemm.cu) runs a product: which block tile, and into how many K
+// slices it cuts the product. A pure function of the shape and the device's multiprocessor
+// count, in plain C++ (no CUDA header), built with or without CUDA so that the CPU test suite
+// holds the heuristic to its stated plans (tests/kernels/test_gemm_plan.cpp). gemm.cu states the
+// heuristic and why; the tile sizes below are the one source of the kernel's TileConfig too.
+#pragma once
+
+#include <cstdint>
+
+namespace minidl::cuda {
+
+enum class GemmTile : uint8_t { Large128x128, Medium64x64, Small32x32 };
+constexpr GemmTile kGemmTiles[] = {GemmTile::Large128x128, GemmTile::Medium64x64, GemmTile::Small32x32};
+
+// What the plan needs to know of a tile configuration: the block tile [bm, bn] of C, its K
+// step bk (a K slice is a multiple of it), its threads, and the blocks the kernel's launch
+// bounds guarantee resident on one multiprocessor (min_blocks: 65536 registers / (threads ·
+// 128 registers) — every configuration holds 16 warps per multiprocessor when full).
+struct GemmTileShape {
+  int bm, bn, bk;
+  int threads;
+  int min_blocks;
+};
+constexpr GemmTileShape gemm_tile_shape(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::Large128x128: return {128, 128, 8, 256, 2};
+    case GemmTile::Medium64x64: return {64, 64, 16, 128, 4};
+    case GemmTile::Small32x32: return {32, 32, 16, 64, 8};
+  }
+  return {0, 0, 0, 0, 0};
+}
+const char* gemm_tile_name(GemmTile tile);  // "128x128x8", "64x64x16", "32x32x16"
+
+// A plan for C[m, n] (K is what k_split and splits cut): one block per tile of C and K slice,
+// grid [tiles, splits]. With splits > 1 slice s covers k in [s·k_split, min(K, (s+1)·k_split)),
+// writes its partial product to a workspace of workspace_floats() floats, and a second kernel
+// adds the partials in slice order (deterministic).
+struct NativeGemmPlan {
+  GemmTile tile = GemmTile::Large128x128;
+  int64_t splits = 1;   // K slices
+  int64_t k_split = 0;  // K values per slice (a multiple of the tile's bk), the last may be shorter
+  int64_t m = 0, n = 0;
+  int64_t workspace_floats() const { return splits > 1 ? splits * m * n : 0; }
+};
+
+// The plan native_sgemm takes for M, N, K >= 1 on a device with `sm_count` multiprocessors.
+NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count);
+
+// The plan of `tile` with (at most) `splits` K slices for M, N, K >= 1: k_split rounded up to
+// the tile's K step, so the slice count it gets may be smaller (every slice non-empty).
+NativeGemmPlan native_gemm_plan_with(GemmTile tile, int64_t splits, int64_t m, int64_t n, int64_t k);
+
+// Throws minidl::Error unless `plan` runs C[m, n] = op(A)·op(B) with inner dimension k: its m
+// and n are the problem's, splits >= 1 and at most 65535 (a grid's y), k_split a positive
+// multiple of the tile's bk, and the slices cover K with none empty:
+// (splits - 1)·k_split < k <= splits·k_split.
+void check_gemm_plan(const NativeGemmPlan& plan, int64_t m, int64_t n, int64_t k);
+
+}  // namespace minidl::cuda
