@@ -137,12 +137,14 @@ class Backend {
   virtual void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) {
     if (auto bad = find_invalid_target(targets, num_classes)) throw Error(message(bad->first, bad->second));
   }
-  // loss[row] = logsumexp(logits[row]) - logits[row, target]; lse[row] kept for backward.
+  // loss[row] = logsumexp(logits[row]) - logits[row, target], as log s - (x_t - m) with m the
+  // row's max and s = sum(exp(x - m)); stats [rows, 2] keeps (m, 1/s) per row for backward
+  // (Note [softmax at the logits' scale] in core/ops/softmax.cpp).
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
-                                             Tensor& lse) = 0;
-  // dlogits[row] = (softmax(logits[row]) - onehot(target)) * scale[row]; scale has one
-  // element per row, or one element broadcast to all rows.
-  virtual void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                             Tensor& stats) = 0;
+  // dlogits[row] = (softmax(logits[row]) - onehot(target)) * scale[row], softmax = exp(x - m) * (1/s)
+  // from forward's stats; scale has one element per row, or one element broadcast to all rows.
+  virtual void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
                                               const Tensor& scale, Tensor& dlogits) = 0;
 
   // The training path (Note [fused cross-entropy] in core/ops/softmax.cpp), one pass per row:

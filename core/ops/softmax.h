@@ -13,7 +13,8 @@ Tensor softmax(const Tensor& x, int64_t dim = -1);
 // How the gradient of softmax_cross_entropy is produced when the logits need one.
 //   Fused:    forward writes loss and dlogits in one pass over the logits (the training path);
 //             backward only rescales them when the upstream gradient is not the implicit 1.
-//   Separate: forward keeps logsumexp per row; backward recomputes softmax from the logits.
+//   Separate: forward keeps each row's max and 1/Σ exp(x - max); backward recomputes softmax
+//             from the logits with them.
 enum class CrossEntropyGrad { Fused, Separate };
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::Mean,
                              CrossEntropyGrad grad_mode = CrossEntropyGrad::Fused);

@@ -1,9 +1,14 @@
-// CPU softmax family over rows of [rows, cols].
-//   log_softmax: y = x - m - log Σ exp(x - m), m = max(x) (max-subtracted: no overflow)
-//   softmax:     y = exp(x - m) / Σ exp(x - m)
-//   cross-entropy forward: one pass per row computes m and lse = m + log Σ exp(x - m) with an
-//   online rescaling (no probability tensor is ever written); loss = lse - x[target].
-//   backward: dlogits = (exp(x - lse) - onehot(target)) · scale[row].
+// CPU softmax family over rows of [rows, cols], in the expressions of the CUDA backend
+// (kernels/cuda/softmax.cu, cross_entropy.cu), m = max_j x_j and s = Σ_j exp(x_j - m):
+//   log_softmax: y = (x - m) - log s
+//   softmax:     y = exp(x - m) · (1/s)
+//   cross-entropy forward: one pass per row computes m and s with an online rescaling (no
+//   probability tensor is ever written); loss = log s - (x[target] - m); stats[row] = (m, 1/s).
+//   backward: dlogits = (exp(x - m) · (1/s) - onehot(target)) · scale[row], from the stats.
+// lse = m + log s is never formed: Note [softmax at the logits' scale] in core/ops/softmax.cpp.
+// s is summed in double for float32 rows too: a long float32 sum of similar terms (a row of
+// 1000 logits within a few units of each other) would add ~sqrt(cols) ulps of rounding to every
+// p and log p; summed in double, s is as exact as its terms.
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -12,24 +17,32 @@ namespace minidl::cpu {
 
 namespace {
 
-// Online max + log-sum-exp of one row (Milakov & Gimelshein's running rescale). An element
-// equal to the running max adds exactly 1, so equal infinities never meet in exp(inf - inf):
-// a masked row such as [-inf, -inf, 0] gives lse 0 (not NaN), an all -inf row gives -inf, as
-// the CUDA kernels do (kernels/cuda/softmax.cu).
+// The log-sum-exp of a row in its two parts, lse = m + log s: m the row's max, s = Σ exp(x - m)
+// (each exp in T, the sum in double).
 template <typename T>
-T row_logsumexp(const T* row, int64_t cols) {
+struct RowLse {
+  T m;
+  double s;
+};
+
+// Online max + sum of exps of one row (Milakov & Gimelshein's running rescale). An element
+// equal to the running max adds exactly 1, so equal infinities never meet in exp(inf - inf):
+// a masked row such as [-inf, -inf, 0] gives m = 0, s = 1 (not NaN), an all -inf row gives
+// m = -inf, s = cols, as the CUDA kernels do (kernels/cuda/row_engine.cuh).
+template <typename T>
+RowLse<T> row_logsumexp(const T* row, int64_t cols) {
   T m = row[0];
-  T s = T(1);
+  double s = 1.0;
   for (int64_t j = 1; j < cols; ++j) {
     const T v = row[j];
     if (v > m) {
-      s = s * std::exp(m - v) + T(1);
+      s = s * static_cast<double>(std::exp(m - v)) + 1.0;
       m = v;
     } else {
-      s += v == m ? T(1) : std::exp(v - m);
+      s += v == m ? 1.0 : static_cast<double>(std::exp(v - m));
     }
   }
-  return m + std::log(s);
+  return {m, s};
 }
 
 template <typename F>
@@ -46,8 +59,9 @@ void CpuBackend::log_softmax_forward(const Tensor& x, Tensor& y) {
     const T* px = x.data<T>();
     T* py = y.data<T>();
     for_rows(x, [&](int64_t r, int64_t cols) {
-      const T lse = row_logsumexp(px + r * cols, cols);
-      for (int64_t j = 0; j < cols; ++j) py[r * cols + j] = px[r * cols + j] - lse;
+      const RowLse<T> st = row_logsumexp(px + r * cols, cols);
+      const T log_s = static_cast<T>(std::log(st.s));
+      for (int64_t j = 0; j < cols; ++j) py[r * cols + j] = (px[r * cols + j] - st.m) - log_s;
     });
   });
 }
@@ -71,8 +85,9 @@ void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
     const T* px = x.data<T>();
     T* py = y.data<T>();
     for_rows(x, [&](int64_t r, int64_t cols) {
-      const T lse = row_logsumexp(px + r * cols, cols);
-      for (int64_t j = 0; j < cols; ++j) py[r * cols + j] = std::exp(px[r * cols + j] - lse);
+      const RowLse<T> st = row_logsumexp(px + r * cols, cols);
+      const T inv_s = static_cast<T>(1.0 / st.s);
+      for (int64_t j = 0; j < cols; ++j) py[r * cols + j] = std::exp(px[r * cols + j] - st.m) * inv_s;
     });
   });
 }
@@ -97,31 +112,34 @@ std::optional<std::pair<int64_t, int64_t>> CpuBackend::find_invalid_target(const
   return std::nullopt;
 }
 
-void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) {
+void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
+                                               Tensor& stats) {
   dispatch_floating(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     const T* px = logits.data<T>();
     const int64_t* pt = targets.data<int64_t>();
-    T *pl = loss.data<T>(), *plse = lse.data<T>();
+    T *pl = loss.data<T>(), *pstats = stats.data<T>();  // stats [rows, 2]: (m, 1/s)
     for_rows(logits, [&](int64_t r, int64_t cols) {
-      const T v = row_logsumexp(px + r * cols, cols);
-      plse[r] = v;
-      pl[r] = v - px[r * cols + pt[r]];
+      const RowLse<T> st = row_logsumexp(px + r * cols, cols);
+      pstats[2 * r] = st.m;
+      pstats[2 * r + 1] = static_cast<T>(1.0 / st.s);
+      pl[r] = static_cast<T>(std::log(st.s)) - (px[r * cols + pt[r]] - st.m);
     });
   });
 }
 
-void CpuBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+void CpuBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
                                                 const Tensor& scale, Tensor& dlogits) {
   dispatch_floating(logits.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    const T *px = logits.data<T>(), *plse = lse.data<T>(), *ps = scale.data<T>();
+    const T *px = logits.data<T>(), *pstats = stats.data<T>(), *ps = scale.data<T>();  // stats [rows, 2]: (m, 1/s)
     const int64_t* pt = targets.data<int64_t>();
     T* pd = dlogits.data<T>();
     const bool per_row = scale.numel() > 1 || (scale.numel() == 1 && logits.shape()[0] == 1 && scale.dim() == 1);
     for_rows(logits, [&](int64_t r, int64_t cols) {
       const T s = per_row ? ps[r] : ps[0];
-      for (int64_t j = 0; j < cols; ++j) pd[r * cols + j] = std::exp(px[r * cols + j] - plse[r]) * s;
+      const T m = pstats[2 * r], inv_s = pstats[2 * r + 1];
+      for (int64_t j = 0; j < cols; ++j) pd[r * cols + j] = std::exp(px[r * cols + j] - m) * inv_s * s;
       pd[r * cols + pt[r]] -= s;
     });
   });
@@ -138,10 +156,11 @@ void CpuBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor&
     // The second sweep re-reads a row the first one just brought into cache.
     for_rows(logits, [&](int64_t r, int64_t cols) {
       const T* row = px + r * cols;
-      const T lse = row_logsumexp(row, cols);
-      pl[r] = lse - row[pt[r]];
+      const RowLse<T> st = row_logsumexp(row, cols);
+      pl[r] = static_cast<T>(std::log(st.s)) - (row[pt[r]] - st.m);
+      const T inv_s = static_cast<T>(1.0 / st.s);
       T* drow = pd + r * cols;
-      for (int64_t j = 0; j < cols; ++j) drow[j] = std::exp(row[j] - lse) * s;
+      for (int64_t j = 0; j < cols; ++j) drow[j] = std::exp(row[j] - st.m) * inv_s * s;
       drow[pt[r]] -= s;
     });
   });

@@ -1,8 +1,11 @@
 // Softmax-cross-entropy in the CUDA backend (float32), over logits x [N, C] with targets t [N]
 // int64 in [0, C) (the op layer checks them first, through find_invalid_target):
-//   forward   loss[r] = lse[r] - x[r, t[r]],  lse[r] = log Σ_j exp(x[r, j]), kept for backward
-//   backward  dx[r, j] = exp(x[r, j] - lse[r]) · scale[r or 0] - (j == t[r]) · scale
+//   forward   loss[r] = log s[r] - (x[r, t[r]] - m[r]),  m[r] = max_j x[r, j],
+//             s[r] = Σ_j exp(x[r, j] - m[r]);  stats[r] = (m[r], 1/s[r]) kept for backward
+//   backward  dx[r, j] = exp(x[r, j] - m[r]) · (1/s[r]) · scale[r or 0] - (j == t[r]) · scale
 //   fused     both in one kernel: Note [fused cross-entropy] in core/ops/softmax.cpp
+//   (the loss is -log_softmax(x)[t] and p = softmax(x), never through lse = m + log s rounded to
+//   float: Note [softmax at the logits' scale] in core/ops/softmax.cpp)
 //   check_targets / find_invalid_target: the first row whose target lies outside [0, C), and its
 //                 value, for the op's error.
 // Strategy: the three losses are row ops of the row engine (row_engine.cuh): forward reduces the
@@ -36,11 +39,11 @@ constexpr int kTargetThreads = 256;
 
 // ---- the row ops ----
 
-// loss[r] = lse - x[r, t]. A target outside [0, cols) (the op layer checks first, so only a
-// caller that skipped the check) gives a NaN loss rather than a read out of bounds.
-__device__ inline void write_ce_loss(float* loss, int64_t r, const float* row, float lse, int64_t target,
+// loss[r] = log s - (x[r, t] - m). A target outside [0, cols) (the op layer checks first, so only
+// a caller that skipped the check) gives a NaN loss rather than a read out of bounds.
+__device__ inline void write_ce_loss(float* loss, int64_t r, const float* row, const RowStat& st, int64_t target,
                                      int64_t cols) {
-  loss[r] = (target >= 0 && target < cols) ? lse - row[target] : __int_as_float(0x7fc00000);
+  loss[r] = (target >= 0 && target < cols) ? st.log_s - (row[target] - st.m) : __int_as_float(0x7fc00000);
 }
 
 // (p - onehot) · scale, with the CPU's rounding: p·scale first, then scale subtracted.
@@ -55,27 +58,33 @@ struct CrossEntropyForward : RowIO {  // a = logits
   static constexpr bool kTwoInputs = false, kWrites = false, kMapFromExp = false;
   const int64_t* targets;
   float* loss;
-  float* lse_out;
+  float* stats_out;  // [rows, 2]: (m, 1/s) per row
   int64_t cols;
-  __device__ RowCtx row(int64_t r) const { return {targets[r], 1.0f, 0.0f}; }
-  __device__ void finish(int64_t r, const float* row, float lse, const RowCtx& c) const {
-    write_ce_loss(loss, r, row, lse, c.target, cols);
-    lse_out[r] = lse;
+  __device__ RowCtx row(int64_t r) const { return {targets[r], 1.0f, {}}; }
+  __device__ void finish(int64_t r, const float* row, const RowStat& st, const RowCtx& c) const {
+    write_ce_loss(loss, r, row, st, c.target, cols);
+    stats_out[2 * r] = st.m;
+    stats_out[2 * r + 1] = st.inv_s;
   }
 };
 
-struct CrossEntropyBackward : RowIO {  // a = logits, out = dlogits; lse given
+struct CrossEntropyBackward : RowIO {  // a = logits, out = dlogits; the forward's stats given
   static constexpr RowReduce kReduce = RowReduce::None;
   static constexpr bool kTwoInputs = false, kWrites = true, kMapFromExp = false;
   const int64_t* targets;
-  const float* lse;
+  const float* stats;  // [rows, 2]: (m, 1/s) per row
   const float* scale;
   int64_t scale_stride;  // 1: one scale per row; 0: one scale for all rows
-  __device__ RowCtx row(int64_t r) const { return {targets[r], scale[r * scale_stride], lse[r]}; }
-  __device__ float map(float x, float, int64_t j, float lse_r, const RowCtx& c) const {
-    return ce_grad(expf(x - lse_r), j, c);
+  __device__ RowCtx row(int64_t r) const {
+    RowCtx c{targets[r], scale[r * scale_stride], {}};
+    c.stat.m = stats[2 * r];
+    c.stat.inv_s = stats[2 * r + 1];
+    return c;
   }
-  __device__ void finish(int64_t, const float*, float, const RowCtx&) const {}
+  __device__ float map(float x, float, int64_t j, const RowStat& st, const RowCtx& c) const {
+    return ce_grad(expf(x - st.m) * st.inv_s, j, c);
+  }
+  __device__ void finish(int64_t, const float*, const RowStat&, const RowCtx&) const {}
 };
 
 struct CrossEntropyFused : RowIO {  // a = logits, out = dlogits
@@ -85,13 +94,13 @@ struct CrossEntropyFused : RowIO {  // a = logits, out = dlogits
   float* loss;
   float scale;
   int64_t cols;
-  __device__ RowCtx row(int64_t r) const { return {targets[r], scale, 0.0f}; }
-  __device__ float map(float x, float, int64_t j, float lse, const RowCtx& c) const {
-    return ce_grad(expf(x - lse), j, c);
+  __device__ RowCtx row(int64_t r) const { return {targets[r], scale, {}}; }
+  __device__ float map(float x, float, int64_t j, const RowStat& st, const RowCtx& c) const {
+    return ce_grad(expf(x - st.m) * st.inv_s, j, c);
   }
   __device__ float map_exp(float p, int64_t j, const RowCtx& c) const { return ce_grad(p, j, c); }
-  __device__ void finish(int64_t r, const float* row, float lse, const RowCtx& c) const {
-    write_ce_loss(loss, r, row, lse, c.target, cols);
+  __device__ void finish(int64_t r, const float* row, const RowStat& st, const RowCtx& c) const {
+    write_ce_loss(loss, r, row, st, c.target, cols);
   }
 };
 
@@ -141,6 +150,12 @@ inline bool loss_arguments(const Tensor& logits, const Tensor& targets,
   for (const Tensor* t : per_row)
     if (t->numel() != rows) return false;
   return all_float32(like_logits) && all_contiguous(like_logits) && all_float32(per_row) && all_contiguous(per_row);
+}
+
+// The per-row statistics forward keeps for backward: contiguous float32 [rows, 2], (m, 1/s).
+inline bool row_stats(const Tensor& stats, const Tensor& logits) {
+  return stats.dtype() == DType::Float32 && stats.is_contiguous() && stats.dim() == 2 &&
+         stats.shape()[0] == logits.shape()[0] && stats.shape()[1] == 2;
 }
 
 }  // namespace
@@ -198,22 +213,22 @@ void CudaBackend::check_targets(const Tensor& targets, int64_t num_classes, Targ
 }
 
 void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
-                                                Tensor& lse) {
-  MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {}, {&loss, &lse}));
+                                                Tensor& stats) {
+  MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {}, {&loss}) && row_stats(stats, logits));
   DeviceGuard guard(device_index());
   CrossEntropyForward op;
   op.a = logits.data<float>();
   op.targets = targets.data<int64_t>();
   op.loss = loss.data<float>();
-  op.lse_out = lse.data<float>();
+  op.stats_out = stats.data<float>();
   op.cols = logits.shape()[1];
   launch_rows(*this, op, logits.shape()[0], logits.shape()[1]);
 }
 
-void CudaBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+void CudaBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
                                                  const Tensor& scale, Tensor& dlogits) {
   // scale: one value per row (Reduction::None) or one for all rows; the engine checked g's shape.
-  MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {&dlogits}, {&lse}));
+  MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {&dlogits}, {}) && row_stats(stats, logits));
   MINIDL_INTERNAL_ASSERT(scale.dtype() == DType::Float32 && scale.is_contiguous() &&
                          (scale.numel() == 1 || scale.numel() == logits.shape()[0]));
   DeviceGuard guard(device_index());
@@ -221,7 +236,7 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& logits, const Ten
   op.a = logits.data<float>();
   op.out = dlogits.data<float>();
   op.targets = targets.data<int64_t>();
-  op.lse = lse.data<float>();
+  op.stats = stats.data<float>();
   op.scale = scale.data<float>();
   op.scale_stride = scale.numel() > 1 ? 1 : 0;
   launch_rows(*this, op, logits.shape()[0], logits.shape()[1]);

@@ -82,10 +82,10 @@ class CudaBackend final : public Backend {
   void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
   std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes) override;
   void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) override;
-  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override;
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& stats) override;
   void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
                                    Tensor& dlogits) override;
-  void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+  void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
                                       const Tensor& scale, Tensor& dlogits) override;
 
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) override;

@@ -13,13 +13,15 @@
 //     every row is 16-byte aligned (cols % 4 == 0 and aligned pointers), scalar otherwise.
 //     When the row fits in registers (<= 8 float4 per thread, cols <= 32768) each thread caches
 //     its float4s and the row is read once; the softmax-type outputs then reuse exp(x - m_t)
-//     from the reduction (m_t the thread's own max), rescaled by exp(m_t - lse): one exp per
+//     from the reduction (m_t the thread's own max), rescaled by exp(m_t - m) / s: one exp per
 //     element instead of two. Longer rows stream twice (reduce, then write), the second read
 //     mostly from L2.
 //   Log-sum-exp is the online form (Milakov & Gimelshein): each thread keeps (m, s) with
 //     s = Σ exp(x - m) and rescales s when m grows; pairs (m1, s1), (m2, s2) merge into
 //     (M, s1·exp(m1 - M) + s2·exp(m2 - M)), M = max — symmetric, so the butterfly lanes agree,
-//     and the merge order is fixed by the launch shape: results repeat bit for bit.
+//     and the merge order is fixed by the launch shape: results repeat bit for bit. The ops get
+//     m, log s and 1/s apart, never lse = m + log s rounded to float at the logits' scale
+//     (Note [softmax at the logits' scale] in core/ops/softmax.cpp).
 //   Infinities and NaN follow the CPU: a NaN anywhere makes the row NaN; -inf entries add 0.
 #pragma once
 
@@ -34,14 +36,26 @@
 namespace minidl::cuda {
 
 // What a row op reduces over each row before it writes: the log-sum-exp of a, the sum of
-// summand(a, b), or nothing (the statistic comes from row(r).lse).
+// summand(a, b), or nothing (the statistic comes from row(r).stat).
 enum class RowReduce { LogSumExp, Sum, None };
 
-// Per-row values an op needs besides the row itself (cross-entropy: target, scale, given lse).
+// A row's statistic, as its reduction leaves it. LogSumExp: m = max_j a_j and, with
+// s = Σ_j exp(a_j - m), log_s = log s and inv_s = 1 / s (lse = m + log_s is never formed: Note
+// [softmax at the logits' scale], core/ops/softmax.cpp). Sum: sum. The fields a reduction does
+// not set keep these defaults.
+struct RowStat {
+  float m = 0.0f;
+  float log_s = 0.0f;
+  float inv_s = 1.0f;
+  float sum = 0.0f;
+};
+
+// Per-row values an op needs besides the row itself (cross-entropy: target, scale, and for the
+// backward the statistic its forward saved).
 struct RowCtx {
   int64_t target = -1;
   float scale = 1.0f;
-  float lse = 0.0f;
+  RowStat stat;  // the row's statistic when kReduce == None
 };
 
 // The row pointers every op has: input a (and b when it reads two), output out; row r of each
@@ -56,34 +70,34 @@ struct RowIO {
 //   kReduce      what the kernel reduces over the row (RowReduce above);
 //   kTwoInputs   whether b is read (a second input of the row's shape);
 //   kWrites      whether out is written, one value per element;
-//   kMapFromExp  whether out depends on a only through p = exp(a - lse), so the block kernel may
-//                feed map_exp(p, j, ctx) from the exps it computed for the reduction (so only
+//   kMapFromExp  whether out depends on a only through p = exp(a - m) / s, so the block kernel
+//                may feed map_exp(p, j, ctx) from the exps it computed for the reduction (so only
 //                with kReduce == LogSumExp; launch_rows asserts it);
 // and has, on the device:
 //   row(r) -> RowCtx                  the per-row values, read once per row;
 //   finish(r, row_a, stat, ctx)       run by one thread per row after the reduction (may do nothing);
 // and, as the flags ask:
 //   summand(a, b) -> float            kReduce == Sum: the terms of the sum;
-//   map(a, b, j, stat, ctx) -> float  kWrites: out[j] from the inputs and the row's statistic
-//                                     (lse, the sum, or ctx.lse when kReduce == None);
-//   map_exp(p, j, ctx) -> float       kMapFromExp: out[j] from p = exp(a[j] - lse).
+//   map(a, b, j, stat, ctx) -> float  kWrites: out[j] from the inputs and the row's RowStat
+//                                     (m, log_s, inv_s; the sum; or ctx.stat when kReduce == None);
+//   map_exp(p, j, ctx) -> float       kMapFromExp: out[j] from p = exp(a[j] - m) / s.
 // The kernels call only what the flags ask for.
 template <class Op>
 concept RowOp =
     std::derived_from<Op, RowIO> && std::copy_constructible<Op> &&
-    requires(const Op op, int64_t r, const float* row, float v, const RowCtx& ctx) {
+    requires(const Op op, int64_t r, const float* row, const RowStat& stat, const RowCtx& ctx) {
       { Op::kReduce } -> std::convertible_to<RowReduce>;
       { Op::kTwoInputs } -> std::convertible_to<bool>;
       { Op::kWrites } -> std::convertible_to<bool>;
       { Op::kMapFromExp } -> std::convertible_to<bool>;
       { op.row(r) } -> std::same_as<RowCtx>;
-      op.finish(r, row, v, ctx);
+      op.finish(r, row, stat, ctx);
     } &&
     (Op::kReduce != RowReduce::Sum || requires(const Op op, float v) {
       { op.summand(v, v) } -> std::same_as<float>;
     }) &&
-    (!Op::kWrites || requires(const Op op, float v, int64_t j, const RowCtx& ctx) {
-      { op.map(v, v, j, v, ctx) } -> std::same_as<float>;
+    (!Op::kWrites || requires(const Op op, float v, int64_t j, const RowStat& stat, const RowCtx& ctx) {
+      { op.map(v, v, j, stat, ctx) } -> std::same_as<float>;
     }) &&
     (!Op::kMapFromExp || requires(const Op op, float v, int64_t j, const RowCtx& ctx) {
       { op.map_exp(v, j, ctx) } -> std::same_as<float>;
@@ -117,6 +131,15 @@ __device__ inline void lse_merge(float& m, float& s, float m2, float s2) {
   const float b = m2 == mm ? s2 : s2 * expf(m2 - mm);
   m = mm;
   s = a + b;
+}
+
+// The statistic of a reduced (m, s). Every thread of the row computes it (the same values).
+__device__ inline RowStat lse_stat(float m, float s) {
+  RowStat st;
+  st.m = m;
+  st.log_s = logf(s);
+  st.inv_s = 1.0f / s;
+  return st;
 }
 
 __device__ inline void warp_lse(float& m, float& s) {
@@ -209,7 +232,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads) rows_warp_kernel(Op op, int6
       if constexpr (Op::kTwoInputs) cb[k] = j < cols ? rb[j] : 0.0f;
       else cb[k] = 0.0f;
     }
-    float stat = ctx.lse;
+    RowStat stat = ctx.stat;
     if constexpr (Op::kReduce == RowReduce::LogSumExp) {
       // From registers: the lane's max first, then independent exps (no rescaling chain).
       float m = -INFINITY, s = 0.0f;
@@ -220,13 +243,13 @@ __global__ void __launch_bounds__(kWarpRowsThreads) rows_warp_kernel(Op op, int6
       for (int k = 0; k < kPerLane; ++k)
         if (lane + k * kWarpSize < cols) s += ca[k] == m ? 1.0f : expf(ca[k] - m);
       warp_lse(m, s);
-      stat = m + logf(s);
+      stat = lse_stat(m, s);
     } else if constexpr (Op::kReduce == RowReduce::Sum) {
       float acc = 0.0f;
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k)
         if (lane + k * kWarpSize < cols) acc += op.summand(ca[k], cb[k]);
-      stat = warp_sum(acc);
+      stat.sum = warp_sum(acc);
     }
     if constexpr (Op::kWrites) {
       float* ro = op.out + r * cols;  // [cols]
@@ -253,7 +276,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) rows_block_kernel(Op op, int64
     const float* rb = Op::kTwoInputs ? op.b + r * cols : nullptr;  // [cols]
     float* ro = Op::kWrites ? op.out + r * cols : nullptr;         // [cols]
     const RowCtx ctx = op.row(r);
-    float stat = ctx.lse;
+    RowStat stat = ctx.stat;
     if constexpr (kCache > 0) {
       // A cached row has at most kCache * 1024 items: 32-bit indices (fewer registers).
       const int cached_items = static_cast<int>(items);
@@ -285,14 +308,14 @@ __global__ void __launch_bounds__(kMaxRowThreads) rows_block_kernel(Op op, int64
               if constexpr (Op::kMapFromExp) ca[k].v[c] = e;
             }
         block_lse(m, s, scratch_m, scratch_s);
-        stat = m + logf(s);
+        stat = lse_stat(m, s);
         if constexpr (Op::kMapFromExp) {
-          // p = exp(x - m_thread) · exp(m_thread - lse). A thread whose elements are all -inf
-          // kept e = 1 for them; its factor exp(-inf - lse) = 0 makes p = 0 as it should, and
-          // for an all -inf row (lse = -inf) it is NaN, as on the CPU (exp(-inf - -inf)). A
-          // +inf logit makes m_thread = lse = +inf: factor 1 keeps this thread's finite
-          // elements at p = exp(x - inf) = 0 instead of 0 · NaN.
-          const float factor = m_thread == INFINITY && stat == INFINITY ? 1.0f : expf(m_thread - stat);
+          // p = exp(x - m_thread) · (exp(m_thread - m) / s), the factor once per thread. A thread
+          // whose elements are all -inf kept e = 1 for them; its factor exp(-inf - m) = 0 makes
+          // p = 0 as it should, and for an all -inf row (m = -inf) it is NaN, as on the CPU
+          // (exp(-inf - -inf)). A +inf logit makes m_thread = m = +inf: exp(m_thread - m) = 1
+          // keeps this thread's finite elements at p = exp(x - inf) = 0 instead of 0 · NaN.
+          const float factor = (m_thread == INFINITY && m == INFINITY ? 1.0f : expf(m_thread - m)) * stat.inv_s;
 #pragma unroll
           for (int k = 0; k < kCache; ++k) {
             const int item = t + k * threads;
@@ -311,7 +334,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) rows_block_kernel(Op op, int64
           if (t + k * threads < cached_items)
 #pragma unroll
             for (int c = 0; c < W; ++c) acc += op.summand(ca[k].v[c], Op::kTwoInputs ? cb[k].v[c] : 0.0f);
-        stat = block_sum(acc, scratch_s);
+        stat.sum = block_sum(acc, scratch_s);
       }
       if constexpr (Op::kWrites && !(Op::kMapFromExp && Op::kReduce == RowReduce::LogSumExp)) {
 #pragma unroll
@@ -332,7 +355,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) rows_block_kernel(Op op, int64
         float m = -INFINITY, s = 0.0f;
         for (int64_t item = t; item < items; item += threads) lse_add_pack<W>(m, s, load_pack<W>(ra, item));
         block_lse(m, s, scratch_m, scratch_s);
-        stat = m + logf(s);
+        stat = lse_stat(m, s);
       } else if constexpr (Op::kReduce == RowReduce::Sum) {
         float acc = 0.0f;
         for (int64_t item = t; item < items; item += threads) {
@@ -342,7 +365,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) rows_block_kernel(Op op, int64
 #pragma unroll
           for (int c = 0; c < W; ++c) acc += op.summand(pa.v[c], pb.v[c]);
         }
-        stat = block_sum(acc, scratch_s);
+        stat.sum = block_sum(acc, scratch_s);
       }
       if constexpr (Op::kWrites) {
         for (int64_t item = t; item < items; item += threads) {

@@ -1,6 +1,8 @@
 // The softmax family of the CUDA backend (float32), over the rows of x [rows, cols]:
-//   log_softmax:  y = x - lse,  lse = m + log Σ_j exp(x_j - m),  m = max_j x_j
-//   softmax:      y = exp(x - lse)
+//   log_softmax:  y = (x - m) - log s,   m = max_j x_j,  s = Σ_j exp(x_j - m)
+//   softmax:      y = exp(x - m) · (1/s)
+//   (never through lse = m + log s rounded to float: Note [softmax at the logits' scale] in
+//   core/ops/softmax.cpp; kernels/cpu/softmax.cpp computes the same expressions)
 //   backward:     log_softmax  dx = dy - exp(y) · Σ_j dy_j        (y the forward output)
 //                 softmax      dx = y · (dy - Σ_j dy_j · y_j)
 // Strategy: each is a row op of the row engine (row_engine.cuh states the protocol and the
@@ -20,17 +22,21 @@ struct LogSoftmaxForward : RowIO {  // a = x, out = y
   static constexpr RowReduce kReduce = RowReduce::LogSumExp;
   static constexpr bool kTwoInputs = false, kWrites = true, kMapFromExp = false;
   __device__ RowCtx row(int64_t) const { return {}; }
-  __device__ float map(float x, float, int64_t, float lse, const RowCtx&) const { return x - lse; }
-  __device__ void finish(int64_t, const float*, float, const RowCtx&) const {}
+  __device__ float map(float x, float, int64_t, const RowStat& st, const RowCtx&) const {
+    return (x - st.m) - st.log_s;
+  }
+  __device__ void finish(int64_t, const float*, const RowStat&, const RowCtx&) const {}
 };
 
 struct SoftmaxForward : RowIO {  // a = x, out = y
   static constexpr RowReduce kReduce = RowReduce::LogSumExp;
   static constexpr bool kTwoInputs = false, kWrites = true, kMapFromExp = true;
   __device__ RowCtx row(int64_t) const { return {}; }
-  __device__ float map(float x, float, int64_t, float lse, const RowCtx&) const { return expf(x - lse); }
+  __device__ float map(float x, float, int64_t, const RowStat& st, const RowCtx&) const {
+    return expf(x - st.m) * st.inv_s;
+  }
   __device__ float map_exp(float p, int64_t, const RowCtx&) const { return p; }
-  __device__ void finish(int64_t, const float*, float, const RowCtx&) const {}
+  __device__ void finish(int64_t, const float*, const RowStat&, const RowCtx&) const {}
 };
 
 struct LogSoftmaxBackward : RowIO {  // a = dy, b = y (log-probabilities), out = dx
@@ -38,8 +44,10 @@ struct LogSoftmaxBackward : RowIO {  // a = dy, b = y (log-probabilities), out =
   static constexpr bool kTwoInputs = true, kWrites = true, kMapFromExp = false;
   __device__ RowCtx row(int64_t) const { return {}; }
   __device__ float summand(float dy, float) const { return dy; }
-  __device__ float map(float dy, float y, int64_t, float sum, const RowCtx&) const { return dy - expf(y) * sum; }
-  __device__ void finish(int64_t, const float*, float, const RowCtx&) const {}
+  __device__ float map(float dy, float y, int64_t, const RowStat& st, const RowCtx&) const {
+    return dy - expf(y) * st.sum;
+  }
+  __device__ void finish(int64_t, const float*, const RowStat&, const RowCtx&) const {}
 };
 
 struct SoftmaxBackward : RowIO {  // a = dy, b = y (probabilities), out = dx
@@ -47,8 +55,8 @@ struct SoftmaxBackward : RowIO {  // a = dy, b = y (probabilities), out = dx
   static constexpr bool kTwoInputs = true, kWrites = true, kMapFromExp = false;
   __device__ RowCtx row(int64_t) const { return {}; }
   __device__ float summand(float dy, float y) const { return dy * y; }
-  __device__ float map(float dy, float y, int64_t, float sum, const RowCtx&) const { return y * (dy - sum); }
-  __device__ void finish(int64_t, const float*, float, const RowCtx&) const {}
+  __device__ float map(float dy, float y, int64_t, const RowStat& st, const RowCtx&) const { return y * (dy - st.sum); }
+  __device__ void finish(int64_t, const float*, const RowStat&, const RowCtx&) const {}
 };
 
 // ---- the one launcher of this file ----

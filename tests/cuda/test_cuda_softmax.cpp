@@ -1,12 +1,14 @@
 // kernels/cuda/softmax.cu and cross_entropy.cu through the public ops: log_softmax and softmax
 // forward and backward, and softmax-cross-entropy (forward, separate backward, fused) for C from 1
 // to 131072 — every row strategy (warp per row, block per row with and without the register
-// cache, float4 and scalar loads) — against a float64 CPU reference; unaligned rows, masked
-// (-inf) logits, huge logits, and the out-of-range target error that leaves the device usable.
+// cache, float4 and scalar loads) — against a float64 CPU reference; saturated rows (logits at
+// ±80 or near 1000) to a few eps, unaligned rows, masked (-inf) logits, huge logits, and the
+// out-of-range target error that leaves the device usable.
 #include "cuda_test_util.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "core/backend.h"
@@ -49,12 +51,121 @@ Tensor random_targets(int64_t n, int64_t classes, uint64_t seed) {
   return randint(0, classes, {n}, DType::Int64, &g);
 }
 
+// ---- saturated rows: Note [softmax at the logits' scale] (core/ops/softmax.cpp) ----
+
+constexpr double kEps = std::numeric_limits<float>::epsilon();  // 2^-23: one ulp of 1
+// Below the smallest normal float32 a value keeps no relative precision (subnormal, or 0 where
+// the arithmetic flushes subnormals): errors under it are allowed outright.
+constexpr double kTiny = std::numeric_limits<float>::min();
+
+// Tolerance of p_j = exp(x_j - m) / s on the device against the exact value. x_j - m (in the
+// register-cached kernels x_j - m_t and m_t - m, m_t a thread's max, whose sizes add up to
+// |x_j - m|) is rounded by at most half an ulp of its size, which exp turns into |x_j - m|·eps/2
+// relative error in p_j: the float32 input's own limit. On top: expf (2 ulp, the CUDA math
+// library's bound) once or twice, 1/s and up to two products (1/2 ulp each), and the relative
+// error of s, a float sum of exps in a fixed tree (terms of 2 ulp each, ~1/2 ulp per level
+// of addition that matters; a few ulp on these rows, where s is dominated by its largest terms):
+// 16 eps. The old exp(x - lse) was off by up to half an ulp of lse: 32 eps at lse ≈ 80, 256 to 512
+// eps near 1000.
+double device_p_tolerance(double p_ref, double below_max) { return (16.0 + below_max / 2.0) * kEps * p_ref + kTiny; }
+
+// Tolerance of log p_j = (x_j - m) - log s: half an ulp of |x_j - m| (as above), logf (1 ulp)
+// plus the relative error of s (absolute in log s), half an ulp of the result; |x_j - m| and
+// log s are both at most |log p_j|: 2 eps·|log p_j| + 16 eps. The old x - lse carried half an ulp
+// of lse, 3.8e-6 at 80 and 3.1e-5 near 1000.
+double device_log_p_tolerance(double log_p_ref) { return (2.0 * std::abs(log_p_ref) + 16.0) * kEps; }
+
+// Tolerance of dlogits_j = p_j·scale - [j == t]·scale, scale = 1/N as a float32 (half an ulp off,
+// scaling the whole value): scale·(p's tolerance), half an ulp each for p·scale, the
+// subtraction and scale itself, and the subnormal floor again (p·scale may be subnormal where p
+// is not).
+double device_grad_tolerance(double g_ref, double p_ref, double below_max, double scale) {
+  return scale * (device_p_tolerance(p_ref, below_max) + kEps * p_ref) + kEps * std::abs(g_ref) + kTiny;
+}
+
+enum class SaturatedRows { Spread80, OneAt80, Near1000 };
+
+const char* saturated_name(SaturatedRows kind) {
+  switch (kind) {
+    case SaturatedRows::Spread80: return "logits uniform in [-80, 80)";
+    case SaturatedRows::OneAt80: return "one logit at +80, the others in [-81, -79)";
+    case SaturatedRows::Near1000: return "logits uniform in [992, 1008)";
+  }
+  return "";
+}
+
+// Float32 CPU logits [rows, cols] of the kind; the hot column of OneAt80 is (5 r + 3) mod cols.
+Tensor saturated_cpu(SaturatedRows kind, int64_t rows, int64_t cols, uint64_t seed) {
+  switch (kind) {
+    case SaturatedRows::Spread80: return random_cpu({rows, cols}, seed, -80.0, 80.0);
+    case SaturatedRows::Near1000: return random_cpu({rows, cols}, seed, 992.0, 1008.0);
+    case SaturatedRows::OneAt80: {
+      std::vector<float> v = random_cpu({rows, cols}, seed, -81.0, -79.0).to_vector<float>();
+      for (int64_t r = 0; r < rows; ++r) v[static_cast<size_t>(r * cols + (5 * r + 3) % cols)] = 80.0f;
+      return from_vector(v, Shape{rows, cols});
+    }
+  }
+  return Tensor();
+}
+
+// m_row - x_j >= 0 for every element of x [rows, cols] (exact: x holds float32 values).
+std::vector<double> below_row_max(const std::vector<double>& x, int64_t rows, int64_t cols) {
+  std::vector<double> d(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = x.begin() + r * cols;
+    const double m = *std::max_element(row, row + cols);
+    for (int64_t j = 0; j < cols; ++j) d[static_cast<size_t>(r * cols + j)] = m - row[j];
+  }
+  return d;
+}
+
+// Targets [rows] on the CPU: the row's largest logit on even rows (a confident, correct
+// prediction: loss near 0), a random class on odd rows.
+Tensor saturated_targets(const std::vector<double>& x, int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<int64_t> t = random_targets(rows, cols, seed).to_vector<int64_t>();
+  for (int64_t r = 0; r < rows; r += 2) {
+    const auto row = x.begin() + r * cols;
+    t[static_cast<size_t>(r)] = std::max_element(row, row + cols) - row;
+  }
+  return from_vector(t);
+}
+
+// got (float32, any device) within tolerance(i) of want (float64, CPU) at every element, and
+// finite; reports the element that comes closest to (or exceeds) its tolerance.
+void check_within(const Tensor& got, const Tensor& want, const std::function<double(size_t)>& tolerance,
+                  const std::string& what) {
+  INFO(what << ", shape " << got.shape());
+  REQUIRE(got.shape() == want.shape());
+  REQUIRE(got.dtype() == DType::Float32);
+  REQUIRE(want.dtype() == DType::Float64);
+  const std::vector<float> a = got.to(Device::cpu()).to_vector<float>();
+  const std::vector<double> b = want.to_vector<double>();
+  size_t worst = 0;
+  double worst_ratio = 0.0;
+  bool finite = true;
+  for (size_t i = 0; i < a.size(); ++i) {
+    finite = finite && std::isfinite(a[i]);
+    const double ratio = std::abs(static_cast<double>(a[i]) - b[i]) / tolerance(i);
+    if (!(ratio <= worst_ratio)) {  // also takes a NaN ratio
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  INFO("worst element " << worst << ": got " << a[worst] << ", want " << b[worst] << ", error "
+                        << std::abs(static_cast<double>(a[worst]) - b[worst]) << " = " << worst_ratio
+                        << " x its tolerance " << tolerance(worst));
+  CHECK(finite);
+  CHECK(worst_ratio <= 1.0);
+}
+
 }  // namespace
 
-// Tolerances against the float64 reference, from the float32 error of the GPU side:
-//   softmax p = exp(x - lse): the argument x - lse (|.| <= ~20) carries ~1 ulp of lse (~1e-6),
-//     so p has a relative error of a few 1e-6: 1e-5 relative.
-//   log_softmax y = x - lse: the same ~1e-6 absolute on values up to ~20: 1e-5 absolute + relative.
+// Tolerances against the float64 reference, from the float32 error of the GPU side (inputs in
+// [-4, 4), so |x - m| <= 8):
+//   softmax p = exp(x - m) / s: x - m is exact or off by half an ulp of |x - m| (<= 4.8e-7
+//     relative in p); expf, 1/s, the product and the sum s add a few ulp: 1e-5 relative, with room.
+//   log_softmax y = (x - m) - log s: the same half ulp of |x - m| and a few ulp of log s
+//     (<= log C ≈ 12): ~1e-6 absolute on values up to ~20: 1e-5 absolute + relative.
 constexpr double kSoftmaxRtol = 1e-5;
 constexpr double kLogSoftmaxTol = 1e-5;
 
@@ -182,9 +293,10 @@ TEST_CASE("cross-entropy loss and gradients on the device match float64, fused a
           Tensor lg = ops::softmax_cross_entropy(xg, t.to(kGpu), red, mode);
           if (red == ops::Reduction::None) lg.backward(w.to(kGpu));
           else lg.backward();
-          // loss = lse - x_t: ~1 ulp of lse (~1e-6) per row, summed over <= 65 rows for Sum.
+          // loss = log s - (x_t - m): a few ulp of values up to ~20 (~1e-6) per row, summed over
+          // <= 65 rows for Sum.
           check_close(lg, lr, 1e-5 * static_cast<double>(rows), 1e-5, std::string(what) + " loss");
-          // dlogits = (p - onehot)·scale: p has ~1e-6 relative error, and p - 1 at the target
+          // dlogits = (p - onehot)·scale: p has <= ~1e-6 relative error, and p - 1 at the target
           // cancels when p ≈ 1, leaving ~eps·scale absolute: 1e-6 of the largest |dlogits|.
           check_close(xg.grad(), xr.grad(), 1e-6 * max_abs(xr.grad()), 1e-5, std::string(what) + " dlogits");
           grads.push_back(xg.grad());
@@ -228,10 +340,12 @@ TEST_CASE("cross-entropy of huge logits stays finite on the device", "[cuda][sof
     Tensor xg = x.to(kGpu).detach().requires_grad_();
     Tensor lg = ops::softmax_cross_entropy(xg, t.to(kGpu), ops::Reduction::None);
     lg.backward(ones({4}, TensorOptions(DType::Float32, kGpu)));
-    // Losses up to ~8000 from differences of values near 4000: ~1 ulp of 4000 (2.4e-4) absolute.
+    // Losses up to ~8000 = log s - (x_t - m): x_t - m is off by up to half an ulp of 8000
+    // (2.4e-4) absolute.
     check_close(lg, lr, 1e-3, 1e-5, "loss");
-    // p = exp(x - lse) with x - lse carrying that same ~2.4e-4 absolute error: p is off by up to
-    // ~2.4e-4 relative (float32 can do no better here), so 1e-3 relative; finite is the point.
+    // p = exp(x - m) / s: x - m is off by half an ulp of |x - m|, ~|x - m|·6e-8 relative in p, up
+    // to ~6e-6 for the p above float32's underflow (|x - m| < 104): 1e-3 relative is loose;
+    // finite is the point.
     check_close(xg.grad(), xr.grad(), 1e-6, 1e-3, "dlogits");
   }
 }
@@ -261,4 +375,76 @@ TEST_CASE("an out-of-range target is an Error naming the row and the value, and 
   check_close(ops::softmax_cross_entropy(x, t.to(kGpu)), ops::softmax_cross_entropy(x.to(Device::cpu()), t), 1e-5,
               1e-5, "loss after the error");
   check_close(x * 2.0, x.to(Device::cpu()) * 2.0, 1e-5, 0.0, "an elementwise op after the error");
+}
+
+TEST_CASE("softmax and log_softmax of saturated rows on the device match float64 to a few eps", "[cuda][softmax]") {
+  uint64_t seed = 9000;
+  for (SaturatedRows kind : {SaturatedRows::Spread80, SaturatedRows::OneAt80, SaturatedRows::Near1000}) {
+    for (int64_t cols : kCols) {
+      for (int64_t rows : row_counts(cols)) {
+        INFO(saturated_name(kind) << ", [" << rows << ", " << cols << "]");
+        const Tensor x = saturated_cpu(kind, rows, cols, ++seed);  // [rows, cols] float32, CPU
+        const Tensor x64 = x.to(DType::Float64);                    // the reference's own copy
+        const Tensor xg = x.to(kGpu);                                // the device's own copy
+        const std::vector<double> below = below_row_max(x64.to_vector<double>(), rows, cols);
+        const Tensor p_ref = ops::softmax(x64, 1);
+        const Tensor p = ops::softmax(xg, 1);
+        const std::vector<double> pv = p_ref.to_vector<double>();
+        check_within(p, p_ref, [&](size_t i) { return device_p_tolerance(pv[i], below[i]); }, "softmax");
+        const Tensor y_ref = ops::log_softmax(x64, 1);
+        const Tensor y = ops::log_softmax(xg, 1);
+        const std::vector<double> yv = y_ref.to_vector<double>();
+        check_within(y, y_ref, [&](size_t i) { return device_log_p_tolerance(yv[i]); }, "log_softmax");
+      }
+    }
+  }
+}
+
+TEST_CASE("cross-entropy of saturated rows on the device matches float64: loss and dlogits, fused and separate",
+          "[cuda][softmax]") {
+  uint64_t seed = 9500;
+  for (SaturatedRows kind : {SaturatedRows::Spread80, SaturatedRows::OneAt80, SaturatedRows::Near1000}) {
+    for (int64_t cols : kCols) {
+      for (int64_t rows : row_counts(cols)) {
+        INFO(saturated_name(kind) << ", [" << rows << ", " << cols << "]");
+        const Tensor x = saturated_cpu(kind, rows, cols, ++seed);  // [rows, cols] float32, CPU
+        const std::vector<double> xv = x.to(DType::Float64).to_vector<double>();
+        const Tensor t = saturated_targets(xv, rows, cols, ++seed);  // [rows] int64, CPU
+        const std::vector<double> below = below_row_max(xv, rows, cols);
+        const double scale = 1.0 / static_cast<double>(rows);
+
+        // The float64 reference on the CPU, from its own copy of the logits.
+        const Tensor p_ref = ops::softmax(x.to(DType::Float64), 1);
+        const std::vector<double> pv = p_ref.to_vector<double>();
+        const Tensor loss_ref = ops::softmax_cross_entropy(x.to(DType::Float64), t, ops::Reduction::None);
+        const std::vector<double> lv = loss_ref.to_vector<double>();
+        Tensor xr = x.to(DType::Float64).requires_grad_();
+        Tensor mean_ref = ops::softmax_cross_entropy(xr, t, ops::Reduction::Mean);
+        mean_ref.backward();
+        const Tensor g_ref = xr.grad();
+        const std::vector<double> gv = g_ref.to_vector<double>();
+        const double mean_ref_value = mean_ref.item();
+
+        // loss = -log p_t: log p's tolerance at the target.
+        const Tensor t_gpu = t.to(kGpu);
+        const Tensor loss = ops::softmax_cross_entropy(x.to(kGpu), t_gpu, ops::Reduction::None);
+        check_within(loss, loss_ref, [&](size_t r) { return device_log_p_tolerance(lv[r]); }, "per-row loss");
+
+        // The mean: each loss within its tolerance, so the mean within their mean, plus half an
+        // ulp of the mean for each float32 rounding of the sum and of the scale (<= rows + 1).
+        double mean_tol = static_cast<double>(rows + 1) * kEps / 2.0 * std::abs(mean_ref_value);
+        for (double l : lv) mean_tol += device_log_p_tolerance(l) * scale;
+        for (ops::CrossEntropyGrad mode : {ops::CrossEntropyGrad::Fused, ops::CrossEntropyGrad::Separate}) {
+          const std::string what = mode == ops::CrossEntropyGrad::Fused ? "fused" : "separate";
+          Tensor xg = x.to(kGpu).detach().requires_grad_();
+          Tensor mean = ops::softmax_cross_entropy(xg, t_gpu, ops::Reduction::Mean, mode);
+          mean.backward();
+          const Tensor g = xg.grad();
+          check_within(g, g_ref, [&](size_t i) { return device_grad_tolerance(gv[i], pv[i], below[i], scale); },
+                       what + " dlogits");
+          check_within(mean, mean_ref.detach(), [&](size_t) { return mean_tol; }, what + " mean loss");
+        }
+      }
+    }
+  }
 }
