@@ -95,7 +95,8 @@ struct TileConfig {
   static constexpr int LDS_A = BM + kSmemPad, LDS_B = BN + kSmemPad;
 
   static_assert(THREADS == kShape.threads, "the warp layout must have the threads gemm_plan.h states");
-  static_assert(MIN_BLOCKS * THREADS * 128 == 65536, "min_blocks is the residency of 128 registers a thread");
+  static_assert(MIN_BLOCKS * THREADS * 128 == 65536 || (TILE == GemmTile::Large128x128K16 && MIN_BLOCKS == 1),
+                "min_blocks is the residency of 128 registers a thread (the K16 candidate: of up to 255)");
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the block tile");
   static_assert(WM % WMITER == 0 && WN % WNITER == 0, "sub-tiles must cover the warp tile");
   static_assert(LANES_M * LANES_N == kWarpSize, "a sub-tile is 32 lanes of 4x4 outputs");
@@ -106,6 +107,7 @@ struct TileConfig {
 using LargeTile = TileConfig<GemmTile::Large128x128, 64, 32, 2, 2>;
 using MediumTile = TileConfig<GemmTile::Medium64x64, 32, 32, 1, 2>;
 using SmallTile = TileConfig<GemmTile::Small32x32, 32, 16, 1, 1>;
+using LargeTileK16 = TileConfig<GemmTile::Large128x128K16, 64, 32, 2, 2>;
 
 // Everything a launch needs, by value in the kernel's parameter space.
 struct SgemmArgs {
@@ -399,6 +401,9 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
     case GemmTile::Large128x128: launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
     case GemmTile::Medium64x64: launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
     case GemmTile::Small32x32: launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+    case GemmTile::Large128x128K16:
+      launch_for_transposes<LargeTileK16>(p.trans_a, p.trans_b, args, plan.splits, stream);
+      break;
   }
   if (plan.splits > 1) {
     const unsigned blocks = grid_for(p.m * p.n, kReduceThreads, sm_count);

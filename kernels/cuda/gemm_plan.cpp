@@ -34,6 +34,7 @@ const char* gemm_tile_name(GemmTile tile) {
     case GemmTile::Large128x128: return "128x128x8";
     case GemmTile::Medium64x64: return "64x64x16";
     case GemmTile::Small32x32: return "32x32x16";
+    case GemmTile::Large128x128K16: return "128x128x16";
   }
   return "?";
 }

@@ -525,9 +525,10 @@ TEST_CASE("the native cuda GEMM on plans given outright matches the cpu for ever
   // Plans the heuristic may never pick (native_gemm_plan_with): each tile whole and in 2, 3 and
   // many K slices, down to one K step per slice (the small tile's 21 slices of 16 for K = 333,
   // the last 13 long); odd M and N that leave partial tiles on both edges.
+  // Every tile, the candidate the heuristic never picks (128x128 with a K step of 16) too.
   uint64_t seed = 1400;
   for (const GemmShape& s : {GemmShape{37, 45, 333}, GemmShape{130, 70, 200}}) {
-    for (cuda::GemmTile tile : {kLarge, kMedium, kSmall}) {
+    for (cuda::GemmTile tile : cuda::kGemmTiles) {
       for (int64_t splits : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{21}}) {
         const cuda::NativeGemmPlan plan = cuda::native_gemm_plan_with(tile, splits, s.m, s.n, s.k);
         INFO("M=" << s.m << " N=" << s.n << " K=" << s.k << ": " << plan_str(plan));
