@@ -202,7 +202,10 @@ void CudaBackend::check_targets(const Tensor& targets, int64_t num_classes, Targ
     MINIDL_CUDA_CHECK(cudaMalloc(&deferred_slots_, 2 * sizeof(unsigned long long) * kMaxDeferredChecks));
   }
   unsigned long long* slot = deferred_slots_ + 2 * deferred_messages_.size();
-  MINIDL_CUDA_CHECK(cudaMemsetAsync(slot, 0xFF, sizeof(unsigned long long), stream()));  // no bad row yet
+  // Both words, row and value, all bits set: no bad row yet. The value is written only with a bad
+  // row, but raise_deferred_errors() copies both, so both must hold something (compute-sanitizer's
+  // initcheck reports a copy of bytes never written).
+  MINIDL_CUDA_CHECK(cudaMemsetAsync(slot, 0xFF, 2 * sizeof(unsigned long long), stream()));
   const unsigned blocks = grid_for(n, kTargetThreads, multiprocessor_count(), 4);
   first_invalid_target_kernel<<<blocks, kTargetThreads, 0, stream()>>>(targets.data<int64_t>(), n, num_classes,
                                                                         slot);
