@@ -9,7 +9,7 @@
 //   check_targets / find_invalid_target: the first row whose target lies outside [0, C), and its
 //                 value, for the op's error.
 // Strategy: the three losses are row ops of the row engine (row_engine.cuh): forward reduces the
-// log-sum-exp and writes per row only (finish), backward is given lse and maps every element,
+// log-sum-exp and writes per row only (finish), backward is given the stats and maps every element,
 // fused does both. The target check is a grid-stride scan with an atomicMin over one word.
 //
 // Note [deferred target errors]: waiting for the target check on every loss would stop the host
