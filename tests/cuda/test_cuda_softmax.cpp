@@ -12,9 +12,16 @@
 #include <limits>
 
 #include "core/backend.h"
+#include "tests/softmax_saturated.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
+using minidl::softmax_saturated::below_row_max;
+using minidl::softmax_saturated::check_within;
+using minidl::softmax_saturated::kEps;
+using minidl::softmax_saturated::rows_name;
+using minidl::softmax_saturated::saturated_logits;
+using minidl::softmax_saturated::targets_for;
 
 namespace {
 
@@ -53,110 +60,13 @@ Tensor random_targets(int64_t n, int64_t classes, uint64_t seed) {
 
 // ---- saturated rows: Note [softmax at the logits' scale] (core/ops/softmax.cpp) ----
 
-constexpr double kEps = std::numeric_limits<float>::epsilon();  // 2^-23: one ulp of 1
-// Below the smallest normal float32 a value keeps no relative precision (subnormal, or 0 where
-// the arithmetic flushes subnormals): errors under it are allowed outright.
-constexpr double kTiny = std::numeric_limits<float>::min();
-
-// Tolerance of p_j = exp(x_j - m) / s on the device against the exact value. x_j - m (in the
-// register-cached kernels x_j - m_t and m_t - m, m_t a thread's max, whose sizes add up to
-// |x_j - m|) is rounded by at most half an ulp of its size, which exp turns into |x_j - m|·eps/2
-// relative error in p_j: the float32 input's own limit. On top: expf (2 ulp, the CUDA math
-// library's bound) once or twice, 1/s and up to two products (1/2 ulp each), and the relative
-// error of s, a float sum of exps in a fixed tree (terms of 2 ulp each, ~1/2 ulp per level
-// of addition that matters; a few ulp on these rows, where s is dominated by its largest terms):
-// 16 eps. The old exp(x - lse) was off by up to half an ulp of lse: 32 eps at lse ≈ 80, 256 to 512
-// eps near 1000.
-double device_p_tolerance(double p_ref, double below_max) { return (16.0 + below_max / 2.0) * kEps * p_ref + kTiny; }
-
-// Tolerance of log p_j = (x_j - m) - log s: half an ulp of |x_j - m| (as above), logf (1 ulp)
-// plus the relative error of s (absolute in log s), half an ulp of the result; |x_j - m| and
-// log s are both at most |log p_j|: 2 eps·|log p_j| + 16 eps. The old x - lse carried half an ulp
-// of lse, 3.8e-6 at 80 and 3.1e-5 near 1000.
-double device_log_p_tolerance(double log_p_ref) { return (2.0 * std::abs(log_p_ref) + 16.0) * kEps; }
-
-// Tolerance of dlogits_j = p_j·scale - [j == t]·scale, scale = 1/N as a float32 (half an ulp off,
-// scaling the whole value): scale·(p's tolerance), half an ulp each for p·scale, the
-// subtraction and scale itself, and the subnormal floor again (p·scale may be subnormal where p
-// is not).
-double device_grad_tolerance(double g_ref, double p_ref, double below_max, double scale) {
-  return scale * (device_p_tolerance(p_ref, below_max) + kEps * p_ref) + kEps * std::abs(g_ref) + kTiny;
-}
-
-enum class SaturatedRows { Spread80, OneAt80, Near1000 };
-
-const char* saturated_name(SaturatedRows kind) {
-  switch (kind) {
-    case SaturatedRows::Spread80: return "logits uniform in [-80, 80)";
-    case SaturatedRows::OneAt80: return "one logit at +80, the others in [-81, -79)";
-    case SaturatedRows::Near1000: return "logits uniform in [992, 1008)";
-  }
-  return "";
-}
-
-// Float32 CPU logits [rows, cols] of the kind; the hot column of OneAt80 is (5 r + 3) mod cols.
-Tensor saturated_cpu(SaturatedRows kind, int64_t rows, int64_t cols, uint64_t seed) {
-  switch (kind) {
-    case SaturatedRows::Spread80: return random_cpu({rows, cols}, seed, -80.0, 80.0);
-    case SaturatedRows::Near1000: return random_cpu({rows, cols}, seed, 992.0, 1008.0);
-    case SaturatedRows::OneAt80: {
-      std::vector<float> v = random_cpu({rows, cols}, seed, -81.0, -79.0).to_vector<float>();
-      for (int64_t r = 0; r < rows; ++r) v[static_cast<size_t>(r * cols + (5 * r + 3) % cols)] = 80.0f;
-      return from_vector(v, Shape{rows, cols});
-    }
-  }
-  return Tensor();
-}
-
-// m_row - x_j >= 0 for every element of x [rows, cols] (exact: x holds float32 values).
-std::vector<double> below_row_max(const std::vector<double>& x, int64_t rows, int64_t cols) {
-  std::vector<double> d(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto row = x.begin() + r * cols;
-    const double m = *std::max_element(row, row + cols);
-    for (int64_t j = 0; j < cols; ++j) d[static_cast<size_t>(r * cols + j)] = m - row[j];
-  }
-  return d;
-}
-
-// Targets [rows] on the CPU: the row's largest logit on even rows (a confident, correct
-// prediction: loss near 0), a random class on odd rows.
-Tensor saturated_targets(const std::vector<double>& x, int64_t rows, int64_t cols, uint64_t seed) {
-  std::vector<int64_t> t = random_targets(rows, cols, seed).to_vector<int64_t>();
-  for (int64_t r = 0; r < rows; r += 2) {
-    const auto row = x.begin() + r * cols;
-    t[static_cast<size_t>(r)] = std::max_element(row, row + cols) - row;
-  }
-  return from_vector(t);
-}
-
-// got (float32, any device) within tolerance(i) of want (float64, CPU) at every element, and
-// finite; reports the element that comes closest to (or exceeds) its tolerance.
-void check_within(const Tensor& got, const Tensor& want, const std::function<double(size_t)>& tolerance,
-                  const std::string& what) {
-  INFO(what << ", shape " << got.shape());
-  REQUIRE(got.shape() == want.shape());
-  REQUIRE(got.dtype() == DType::Float32);
-  REQUIRE(want.dtype() == DType::Float64);
-  const std::vector<float> a = got.to(Device::cpu()).to_vector<float>();
-  const std::vector<double> b = want.to_vector<double>();
-  size_t worst = 0;
-  double worst_ratio = 0.0;
-  bool finite = true;
-  for (size_t i = 0; i < a.size(); ++i) {
-    finite = finite && std::isfinite(a[i]);
-    const double ratio = std::abs(static_cast<double>(a[i]) - b[i]) / tolerance(i);
-    if (!(ratio <= worst_ratio)) {  // also takes a NaN ratio
-      worst_ratio = ratio;
-      worst = i;
-    }
-  }
-  INFO("worst element " << worst << ": got " << a[worst] << ", want " << b[worst] << ", error "
-                        << std::abs(static_cast<double>(a[worst]) - b[worst]) << " = " << worst_ratio
-                        << " x its tolerance " << tolerance(worst));
-  CHECK(finite);
-  CHECK(worst_ratio <= 1.0);
-}
+// The device's few ulps: expf (2 ulp, the CUDA math library's bound) once or twice (the
+// register-cached kernels compute exp(x_j - m_t)·exp(m_t - m), m_t a thread's max, whose
+// subtractions add up to |x_j - m|), 1/s and up to two products (1/2 ulp each), logf (1 ulp), and
+// the relative error of s, a float sum of exps in a fixed tree (terms of 2 ulp each, ~1/2 ulp per
+// level of addition that matters; a few ulp on these rows, where s is dominated by its largest
+// terms): 16 eps.
+constexpr softmax_saturated::Tolerances kSaturatedTol{16.0};
 
 }  // namespace
 
@@ -379,22 +289,22 @@ TEST_CASE("an out-of-range target is an Error naming the row and the value, and 
 
 TEST_CASE("softmax and log_softmax of saturated rows on the device match float64 to a few eps", "[cuda][softmax]") {
   uint64_t seed = 9000;
-  for (SaturatedRows kind : {SaturatedRows::Spread80, SaturatedRows::OneAt80, SaturatedRows::Near1000}) {
+  for (softmax_saturated::Rows kind : softmax_saturated::kAllRows) {
     for (int64_t cols : kCols) {
       for (int64_t rows : row_counts(cols)) {
-        INFO(saturated_name(kind) << ", [" << rows << ", " << cols << "]");
-        const Tensor x = saturated_cpu(kind, rows, cols, ++seed);  // [rows, cols] float32, CPU
+        INFO(rows_name(kind) << ", [" << rows << ", " << cols << "]");
+        const Tensor x = saturated_logits(kind, rows, cols, ++seed);  // [rows, cols] float32, CPU
         const Tensor x64 = x.to(DType::Float64);                    // the reference's own copy
         const Tensor xg = x.to(kGpu);                                // the device's own copy
         const std::vector<double> below = below_row_max(x64.to_vector<double>(), rows, cols);
         const Tensor p_ref = ops::softmax(x64, 1);
         const Tensor p = ops::softmax(xg, 1);
         const std::vector<double> pv = p_ref.to_vector<double>();
-        check_within(p, p_ref, [&](size_t i) { return device_p_tolerance(pv[i], below[i]); }, "softmax");
+        check_within(p, p_ref, [&](size_t i) { return kSaturatedTol.p(pv[i], below[i]); }, "softmax");
         const Tensor y_ref = ops::log_softmax(x64, 1);
         const Tensor y = ops::log_softmax(xg, 1);
         const std::vector<double> yv = y_ref.to_vector<double>();
-        check_within(y, y_ref, [&](size_t i) { return device_log_p_tolerance(yv[i]); }, "log_softmax");
+        check_within(y, y_ref, [&](size_t i) { return kSaturatedTol.log_p(yv[i]); }, "log_softmax");
       }
     }
   }
@@ -403,13 +313,13 @@ TEST_CASE("softmax and log_softmax of saturated rows on the device match float64
 TEST_CASE("cross-entropy of saturated rows on the device matches float64: loss and dlogits, fused and separate",
           "[cuda][softmax]") {
   uint64_t seed = 9500;
-  for (SaturatedRows kind : {SaturatedRows::Spread80, SaturatedRows::OneAt80, SaturatedRows::Near1000}) {
+  for (softmax_saturated::Rows kind : softmax_saturated::kAllRows) {
     for (int64_t cols : kCols) {
       for (int64_t rows : row_counts(cols)) {
-        INFO(saturated_name(kind) << ", [" << rows << ", " << cols << "]");
-        const Tensor x = saturated_cpu(kind, rows, cols, ++seed);  // [rows, cols] float32, CPU
+        INFO(rows_name(kind) << ", [" << rows << ", " << cols << "]");
+        const Tensor x = saturated_logits(kind, rows, cols, ++seed);  // [rows, cols] float32, CPU
         const std::vector<double> xv = x.to(DType::Float64).to_vector<double>();
-        const Tensor t = saturated_targets(xv, rows, cols, ++seed);  // [rows] int64, CPU
+        const Tensor t = targets_for(xv, rows, cols, ++seed);  // [rows] int64, CPU
         const std::vector<double> below = below_row_max(xv, rows, cols);
         const double scale = 1.0 / static_cast<double>(rows);
 
@@ -428,19 +338,19 @@ TEST_CASE("cross-entropy of saturated rows on the device matches float64: loss a
         // loss = -log p_t: log p's tolerance at the target.
         const Tensor t_gpu = t.to(kGpu);
         const Tensor loss = ops::softmax_cross_entropy(x.to(kGpu), t_gpu, ops::Reduction::None);
-        check_within(loss, loss_ref, [&](size_t r) { return device_log_p_tolerance(lv[r]); }, "per-row loss");
+        check_within(loss, loss_ref, [&](size_t r) { return kSaturatedTol.log_p(lv[r]); }, "per-row loss");
 
         // The mean: each loss within its tolerance, so the mean within their mean, plus half an
         // ulp of the mean for each float32 rounding of the sum and of the scale (<= rows + 1).
         double mean_tol = static_cast<double>(rows + 1) * kEps / 2.0 * std::abs(mean_ref_value);
-        for (double l : lv) mean_tol += device_log_p_tolerance(l) * scale;
+        for (double l : lv) mean_tol += kSaturatedTol.log_p(l) * scale;
         for (ops::CrossEntropyGrad mode : {ops::CrossEntropyGrad::Fused, ops::CrossEntropyGrad::Separate}) {
           const std::string what = mode == ops::CrossEntropyGrad::Fused ? "fused" : "separate";
           Tensor xg = x.to(kGpu).detach().requires_grad_();
           Tensor mean = ops::softmax_cross_entropy(xg, t_gpu, ops::Reduction::Mean, mode);
           mean.backward();
           const Tensor g = xg.grad();
-          check_within(g, g_ref, [&](size_t i) { return device_grad_tolerance(gv[i], pv[i], below[i], scale); },
+          check_within(g, g_ref, [&](size_t i) { return kSaturatedTol.grad(gv[i], pv[i], below[i], scale); },
                        what + " dlogits");
           check_within(mean, mean_ref.detach(), [&](size_t) { return mean_tol; }, what + " mean loss");
         }
