@@ -7,11 +7,19 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace minidl {
 
 // (height, width) pairs for kernel sizes, strides, paddings and dilations.
 using Size2 = std::array<int64_t, 2>;
+
+// "(h, w)": a Size2 as the op layer's error messages print it.
+inline std::string size2_str(Size2 s) {
+  std::string out("(");
+  out.append(std::to_string(s[0])).append(", ").append(std::to_string(s[1])).append(")");
+  return out;
+}
 
 struct Conv2dGeometry {
   int64_t n = 0, c_in = 0, h = 0, w = 0;  // x [N, C_in, H, W]

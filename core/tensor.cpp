@@ -211,6 +211,21 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
+Tensor& Tensor::set_data_(const Tensor& src) {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(impl_));
+  check_defined(src, "set_data_", "src");
+  MINIDL_CHECK(src.dtype() == t.dtype && src.shape() == t.shape, "set_data_: the new data is ", src.dtype(), " ",
+               src.shape(), " on ", src.device(), ", the tensor is ", t.dtype, " ", t.shape, " on ", device(),
+               "; set_data_ keeps a tensor's dtype and shape (make a new tensor to change them)");
+  MINIDL_CHECK(t.grad_fn == nullptr, "set_data_: cannot replace the data of a non-leaf tensor (made by ",
+               t.grad_fn->name(), ", ", t.dtype, " ", t.shape, "); replace the data of a leaf, or use detach()");
+  if (src.impl() == &t) return *this;
+  t.storage = src.storage();
+  t.strides = src.strides();
+  t.offset = src.offset();
+  return *this;
+}
+
 // ---- math sugar ----
 Tensor Tensor::sum() const { return ops::sum(*this); }
 Tensor Tensor::sum(int64_t d, bool keepdim) const { return ops::sum(*this, d, keepdim); }

@@ -113,6 +113,16 @@ class Tensor {
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);  // same shape; dtype and device may differ
+  // Makes this tensor hold src's data, PyTorch's `t.data = src`: src's storage, strides and
+  // offset replace this tensor's, while its TensorImpl stays, and with it every handle to it
+  // (an optimizer's, a module's), requires_grad, grad and hooks. The device may change (that
+  // is what nn::Module::to does with it); the grad does not follow, it is a tensor of its own.
+  // Views taken of this tensor earlier keep the old storage. Outside autograd: nothing
+  // records it. Throws, changing nothing, unless src is defined and has this tensor's shape
+  // and dtype (a tensor's dtype and shape are what its users rely on: an optimizer's state, a
+  // saved checkpoint), and unless this tensor is a leaf (an op's result is part of a graph
+  // whose nodes may have saved it).
+  Tensor& set_data_(const Tensor& src);
 
   // ---- math sugar over core/ops ----
   Tensor sum() const;

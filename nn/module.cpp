@@ -84,6 +84,13 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor>> Module::named_state() const {
+  std::vector<NamedTensor> out;
+  collect_parameters("", out, nullptr);
+  collect_buffers("", out, nullptr);
+  return out;
+}
+
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
 
 void Module::train(bool on) {
@@ -92,14 +99,12 @@ void Module::train(bool on) {
 }
 
 namespace {
-// Note [moving a tensor in place]: the TensorImpl stays, its storage/strides/offset are
-// replaced by those of a copy on the new device, so every handle (optimizer, user) follows.
+// Note [moving a tensor in place]: the TensorImpl stays and takes the data of a copy on the
+// new device (Tensor::set_data_), so every handle (optimizer, user) follows.
 void move_in_place(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return;
-  Tensor moved = t.detach().to(device);
-  t.impl()->storage = moved.storage();
-  t.impl()->strides = moved.strides();
-  t.impl()->offset = moved.offset();
+  Tensor handle = t;  // set_data_ changes the shared TensorImpl, not this handle
+  handle.set_data_(t.detach().to(device));
 }
 }  // namespace
 
@@ -126,11 +131,7 @@ void Module::check_clone_is_exact(const std::type_info& layer, const char* layer
 }
 
 void Module::copy_state_from(const Module& source) {
-  std::vector<NamedTensor> own, theirs;
-  collect_parameters("", own, nullptr);
-  collect_buffers("", own, nullptr);
-  source.collect_parameters("", theirs, nullptr);
-  source.collect_buffers("", theirs, nullptr);
+  const std::vector<NamedTensor> own = named_state(), theirs = source.named_state();
   bool same = own.size() == theirs.size();
   for (size_t i = 0; same && i < own.size(); ++i)
     same = own[i].first == theirs[i].first && own[i].second.shape() == theirs[i].second.shape();
@@ -157,18 +158,13 @@ void Module::zero_grad() {
 
 StateDict Module::state_dict() const {
   // Not de-duplicated: a shared tensor is saved under each of its names, as in PyTorch.
-  std::vector<NamedTensor> all;
-  collect_parameters("", all, nullptr);
-  collect_buffers("", all, nullptr);
   StateDict sd;
-  for (auto& [n, t] : all) sd.emplace(n, t.detach());
+  for (auto& [n, t] : named_state()) sd.emplace(n, t.detach());
   return sd;
 }
 
 void Module::load_state_dict(const StateDict& sd, bool strict) {
-  std::vector<NamedTensor> own;
-  collect_parameters("", own, nullptr);
-  collect_buffers("", own, nullptr);
+  const std::vector<NamedTensor> own = named_state();
 
   std::vector<std::string> missing, unexpected, mismatched;
   std::map<std::string, const Tensor*> own_by_name;

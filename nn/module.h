@@ -48,6 +48,12 @@ class Module {
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // Every parameter, then every buffer, under its dotted name, each walk in registration order
+  // (own tensors first, then each child's): the order of state_dict(), load_state_dict() and
+  // clone(). Not de-duplicated: a tensor shared by two submodules appears under each of its
+  // names, as in a checkpoint. The tensors are the module's own handles (not detached views),
+  // so writing into one writes into the module.
+  std::vector<std::pair<std::string, Tensor>> named_state() const;
   // Direct children only.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
 

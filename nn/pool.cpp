@@ -3,13 +3,10 @@
 
 #include <typeinfo>
 
+#include "core/conv_geometry.h"
 #include "core/ops/pool.h"
 
 namespace minidl::nn {
-
-namespace {
-std::string size2(Size2 s) { return detail::make_message("(", s[0], ", ", s[1], ")"); }
-}  // namespace
 
 MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
     : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
@@ -17,7 +14,7 @@ MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 paddi
 Tensor MaxPool2d::forward(const Tensor& x) { return ops::max_pool2d(x, kernel_, stride_, padding_); }
 
 std::string MaxPool2d::name() const {
-  return "MaxPool2d(kernel_size=" + size2(kernel_) + ", stride=" + size2(stride_) + ", padding=" + size2(padding_) + ")";
+  return "MaxPool2d(kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) + ")";
 }
 
 std::shared_ptr<Module> MaxPool2d::clone() const {
@@ -36,7 +33,7 @@ Tensor AvgPool2d::forward(const Tensor& x) {
 }
 
 std::string AvgPool2d::name() const {
-  return "AvgPool2d(kernel_size=" + size2(kernel_) + ", stride=" + size2(stride_) + ", padding=" + size2(padding_) +
+  return "AvgPool2d(kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
          ", count_include_pad=" + (count_include_pad_ ? "true" : "false") + ")";
 }
 
@@ -50,7 +47,7 @@ std::shared_ptr<Module> AvgPool2d::clone() const {
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) {
   MINIDL_CHECK(output_size[0] == 1 && output_size[1] == 1,
                "AdaptiveAvgPool2d: only output size (1, 1) (global average pooling) is supported, got ",
-               size2(output_size));
+               size2_str(output_size));
 }
 
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return ops::adaptive_avg_pool2d(x, {1, 1}); }

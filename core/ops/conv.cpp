@@ -34,19 +34,17 @@ struct Conv2dBackward final : Node {
   std::string name() const override { return "Conv2dBackward"; }
 };
 
-std::string size2(Size2 s) { return detail::make_message("(", s[0], ", ", s[1], ")"); }
-
 }  // namespace
 
 Conv2dGeometry conv2d_geometry(const Shape& xs, const Shape& ws, Size2 stride, Size2 padding, Size2 dilation,
                                int64_t groups) {
   MINIDL_CHECK(xs.size() == 4, "conv2d: expected input x of rank 4 [N, C_in, H, W], got shape ", xs);
   MINIDL_CHECK(ws.size() == 4, "conv2d: expected weight of rank 4 [C_out, C_in/groups, KH, KW], got shape ", ws);
-  MINIDL_CHECK(stride[0] >= 1 && stride[1] >= 1, "conv2d: stride must be >= 1 in both dims, got ", size2(stride),
+  MINIDL_CHECK(stride[0] >= 1 && stride[1] >= 1, "conv2d: stride must be >= 1 in both dims, got ", size2_str(stride),
                " (x ", xs, ", weight ", ws, ")");
   MINIDL_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "conv2d: dilation must be >= 1 in both dims, got ",
-               size2(dilation), " (x ", xs, ", weight ", ws, ")");
-  MINIDL_CHECK(padding[0] >= 0 && padding[1] >= 0, "conv2d: padding must be >= 0, got ", size2(padding), " (x ", xs,
+               size2_str(dilation), " (x ", xs, ", weight ", ws, ")");
+  MINIDL_CHECK(padding[0] >= 0 && padding[1] >= 0, "conv2d: padding must be >= 0, got ", size2_str(padding), " (x ", xs,
                ", weight ", ws, ")");
   MINIDL_CHECK(groups >= 1, "conv2d: groups must be >= 1, got ", groups);
   Conv2dGeometry g;
@@ -72,8 +70,8 @@ Conv2dGeometry conv2d_geometry(const Shape& xs, const Shape& ws, Size2 stride, S
   MINIDL_CHECK(g.kh >= 1 && g.kw >= 1 && g.c_out >= 1, "conv2d: weight ", ws, " has an empty kernel or no output channels");
   const int64_t eff_h = g.dilation_h * (g.kh - 1) + 1, eff_w = g.dilation_w * (g.kw - 1) + 1;
   MINIDL_CHECK(eff_h <= g.h + 2 * g.pad_h && eff_w <= g.w + 2 * g.pad_w, "conv2d: the kernel (", eff_h, " x ", eff_w,
-               " with dilation ", size2(dilation), ", weight ", ws, ") is larger than the padded input (",
-               g.h + 2 * g.pad_h, " x ", g.w + 2 * g.pad_w, ": x ", xs, " with padding ", size2(padding), ")");
+               " with dilation ", size2_str(dilation), ", weight ", ws, ") is larger than the padded input (",
+               g.h + 2 * g.pad_h, " x ", g.w + 2 * g.pad_w, ": x ", xs, " with padding ", size2_str(padding), ")");
   g.h_out = (g.h + 2 * g.pad_h - eff_h) / g.stride_h + 1;
   g.w_out = (g.w + 2 * g.pad_w - eff_w) / g.stride_w + 1;
   return g;

@@ -12,8 +12,6 @@ namespace minidl::ops {
 
 namespace {
 
-std::string size2(Size2 s) { return detail::make_message("(", s[0], ", ", s[1], ")"); }
-
 Pool2dGeometry pool_geometry(const char* op, const Tensor& x, Size2 kernel, std::optional<Size2> stride_opt,
                              Size2 padding) {
   check_defined(x, op, "x");
@@ -22,13 +20,13 @@ Pool2dGeometry pool_geometry(const char* op, const Tensor& x, Size2 kernel, std:
   check_backend_computes(x, op, "x");
   MINIDL_CHECK(x.dim() == 4, op, ": expected input x of rank 4 [N, C, H, W], got shape ", x.shape());
   const Size2 stride = stride_opt.value_or(kernel);
-  MINIDL_CHECK(kernel[0] >= 1 && kernel[1] >= 1, op, ": kernel size must be >= 1, got ", size2(kernel), " (x ",
+  MINIDL_CHECK(kernel[0] >= 1 && kernel[1] >= 1, op, ": kernel size must be >= 1, got ", size2_str(kernel), " (x ",
                x.shape(), ")");
-  MINIDL_CHECK(stride[0] >= 1 && stride[1] >= 1, op, ": stride must be >= 1, got ", size2(stride), " (x ", x.shape(),
+  MINIDL_CHECK(stride[0] >= 1 && stride[1] >= 1, op, ": stride must be >= 1, got ", size2_str(stride), " (x ", x.shape(),
                ")");
   MINIDL_CHECK(padding[0] >= 0 && padding[1] >= 0 && 2 * padding[0] <= kernel[0] && 2 * padding[1] <= kernel[1], op,
-               ": padding must be between 0 and half the kernel size, got padding ", size2(padding), " for kernel ",
-               size2(kernel), " (x ", x.shape(), ")");
+               ": padding must be between 0 and half the kernel size, got padding ", size2_str(padding), " for kernel ",
+               size2_str(kernel), " (x ", x.shape(), ")");
   Pool2dGeometry g;
   g.n = x.shape()[0];
   g.c = x.shape()[1];
@@ -40,9 +38,9 @@ Pool2dGeometry pool_geometry(const char* op, const Tensor& x, Size2 kernel, std:
   g.stride_w = stride[1];
   g.pad_h = padding[0];
   g.pad_w = padding[1];
-  MINIDL_CHECK(g.kh <= g.h + 2 * g.pad_h && g.kw <= g.w + 2 * g.pad_w, op, ": the kernel ", size2(kernel),
+  MINIDL_CHECK(g.kh <= g.h + 2 * g.pad_h && g.kw <= g.w + 2 * g.pad_w, op, ": the kernel ", size2_str(kernel),
                " is larger than the padded input (", g.h + 2 * g.pad_h, " x ", g.w + 2 * g.pad_w, ": x ", x.shape(),
-               " with padding ", size2(padding), ")");
+               " with padding ", size2_str(padding), ")");
   g.h_out = (g.h + 2 * g.pad_h - g.kh) / g.stride_h + 1;
   g.w_out = (g.w + 2 * g.pad_w - g.kw) / g.stride_w + 1;
   return g;
@@ -124,7 +122,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
   check_defined(x, "adaptive_avg_pool2d", "x");
   MINIDL_CHECK(output_size[0] == 1 && output_size[1] == 1,
                "adaptive_avg_pool2d: only output size (1, 1) (global average pooling) is supported, got ",
-               size2(output_size), " for x ", x.shape());
+               size2_str(output_size), " for x ", x.shape());
   MINIDL_CHECK(x.dim() == 4, "adaptive_avg_pool2d: expected input x of rank 4 [N, C, H, W], got shape ", x.shape());
   MINIDL_CHECK(x.shape()[2] >= 1 && x.shape()[3] >= 1, "adaptive_avg_pool2d: x ", x.shape(),
                " has an empty plane; there is nothing to average");

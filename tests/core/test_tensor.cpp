@@ -170,6 +170,30 @@ TEST_CASE("copy_ between views writes exactly the view, whichever way it copies"
   }
 }
 
+TEST_CASE("set_data_ swaps a leaf's data behind every handle and refuses a dtype, shape or graph change",
+          "[core][tensor]") {
+  Tensor w = full({2, 3}, 1.0).requires_grad_();
+  const Tensor handle = w;  // another holder of the same TensorImpl (an optimizer, say)
+  w.set_grad(full({2, 3}, 5.0));
+  const Tensor src = arange(6).to(DType::Float32).reshape({3, 2}).t();  // a transposed view: strides kept
+  w.set_data_(src);
+  CHECK(handle.storage().data() == src.storage().data());
+  CHECK(handle.strides() == src.strides());
+  CHECK(handle.to_vector<float>() == std::vector<float>{0, 2, 4, 1, 3, 5});
+  CHECK(handle.requires_grad());  // the TensorImpl's own state stays
+  CHECK(handle.grad().to_vector<float>() == std::vector<float>(6, 5.0f));
+  w.set_data_(w);  // its own data: nothing changes
+  CHECK(handle.to_vector<float>() == std::vector<float>{0, 2, 4, 1, 3, 5});
+
+  CHECK_THROWS_WITH(w.set_data_(zeros({2, 3}, DType::Float64)),
+                    Catch::Contains("set_data_: the new data is float64 [2, 3]") && Catch::Contains("keeps a tensor's dtype and shape"));
+  CHECK_THROWS_WITH(w.set_data_(zeros({3, 2})), Catch::Contains("float32 [3, 2]") && Catch::Contains("float32 [2, 3]"));
+  CHECK_THROWS_WITH(w.set_data_(Tensor()), Catch::Contains("set_data_") && Catch::Contains("src"));
+  Tensor y = w * 2.0;
+  CHECK_THROWS_WITH(y.set_data_(zeros({2, 3})), Catch::Contains("set_data_: cannot replace the data of a non-leaf tensor"));
+  CHECK(handle.to_vector<float>() == std::vector<float>{0, 2, 4, 1, 3, 5});  // the refusals changed nothing
+}
+
 TEST_CASE("tensors print like PyTorch", "[core][print]") {
   std::ostringstream os;
   os << from_vector<float>({1.0f, -2.5f}, {1, 2});

@@ -192,3 +192,35 @@ TEST_CASE("Module::to keeps the same tensor objects and throws before moving to 
   CHECK_THROWS_AS(model.to(Device::cuda(63)), Error);
   for (const auto& p : model.parameters()) CHECK(p.device() == Device::cpu());
 }
+
+TEST_CASE("named_state lists parameters then buffers, shared tensors under each name, as handles", "[nn]") {
+  struct Inner : nn::Module {
+    Inner() {
+      register_parameter("w", zeros(Shape{2}));
+      register_buffer("count", zeros(Shape{1}));
+    }
+  };
+  struct Outer : nn::Module {
+    std::shared_ptr<Inner> a;
+    Outer() {
+      register_buffer("steps", zeros(Shape{1}));
+      a = register_module("a", std::make_shared<Inner>());
+      register_module("b", a);  // the same module under a second name
+      register_parameter("scale", ones(Shape{1}));
+    }
+  } outer;
+  const auto state = outer.named_state();
+  // Every parameter (own first, then each child's), then every buffer in the same walk.
+  CHECK(names_of(state) ==
+        std::vector<std::string>{"scale", "a.w", "b.w", "steps", "a.count", "b.count"});
+  CHECK(state[1].second.same(outer.a->named_parameters()[0].second));  // the module's own tensor
+  CHECK(state[2].second.same(state[1].second));
+  // state_dict is named_state under the same names, as detached views of the same storage.
+  const auto sd = outer.state_dict();
+  REQUIRE(sd.size() == state.size());
+  for (const auto& [n, t] : state) {
+    REQUIRE(sd.count(n) == 1);
+    CHECK(sd.at(n).storage().data() == t.storage().data());
+    CHECK_FALSE(sd.at(n).requires_grad());
+  }
+}
