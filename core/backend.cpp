@@ -1,5 +1,6 @@
 // The op layer's one question to a backend (core/backend.h): does it compute in this dtype?
 // A "no" becomes the user-facing error here, so no backend has to re-check dtypes itself.
+// Also the scope guard over Backend::make_current / restore_current.
 #include "core/backend.h"
 
 #include <string>
@@ -19,6 +20,23 @@ void check_backend_computes(const Tensor& t, const char* op, const char* arg) {
                                    t.device(), ", but ", t.device(), " computes in ", supported,
                                    " only; convert it with .to(dtype) or move it to a device that computes in ",
                                    t.dtype()));
+}
+
+CurrentDeviceGuard::CurrentDeviceGuard(Device device) : backend_(&backend_for(device)) {
+  previous_ = backend_->make_current();
+}
+
+CurrentDeviceGuard::CurrentDeviceGuard(Device device, Quiet) noexcept {
+  try {
+    backend_ = &backend_for(device);
+  } catch (...) {
+    return;  // no backend, nothing made current: the calls that follow fail on their own
+  }
+  previous_ = backend_->make_current_quietly();
+}
+
+CurrentDeviceGuard::~CurrentDeviceGuard() {
+  if (backend_ != nullptr && previous_ >= 0) backend_->restore_current(previous_);
 }
 
 }  // namespace minidl

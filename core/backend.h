@@ -171,6 +171,18 @@ class Backend {
     (void)t;
     (void)stream;
   }
+  // The calling host thread's current device, for code that calls a device runtime itself
+  // beside the backend (parallel/nccl: its events, streams and NCCL calls go to the current
+  // CUDA device); use it through CurrentDeviceGuard below. make_current() makes this backend's
+  // device the current one and returns a token for the device that was current before (CUDA:
+  // cudaGetDevice, then cudaSetDevice; -1 when it already was current), throwing when the
+  // device cannot be made current; make_current_quietly() does the same without ever throwing
+  // (for destructors: -1 when it could not, and the runtime calls that follow fail and say
+  // so); restore_current(token) puts the earlier device back and never throws. The CPU has no
+  // current device: both return -1, and there is nothing to restore.
+  virtual int make_current() { return -1; }
+  virtual int make_current_quietly() noexcept { return -1; }
+  virtual void restore_current(int previous) noexcept { (void)previous; }
   // Caching-allocator statistics and control; the CPU backend keeps no statistics and says so.
   virtual MemoryStats memory_stats() = 0;
   virtual void empty_cache() = 0;
@@ -214,6 +226,23 @@ class Backend {
 // The backend that owns `device`'s memory and kernels; throws when there is none (for
 // example cuda:0 in a build without CUDA, or a CUDA index beyond the device count).
 Backend& backend_for(Device device);
+
+// Makes `device` the calling host thread's current device for a scope and restores the
+// previous one when the scope ends (Backend::make_current; nothing happens for the CPU). The
+// Quiet form is for destructors and noexcept paths: it never throws.
+class CurrentDeviceGuard {
+ public:
+  struct Quiet {};
+  explicit CurrentDeviceGuard(Device device);
+  CurrentDeviceGuard(Device device, Quiet) noexcept;
+  ~CurrentDeviceGuard();
+  CurrentDeviceGuard(const CurrentDeviceGuard&) = delete;
+  CurrentDeviceGuard& operator=(const CurrentDeviceGuard&) = delete;
+
+ private:
+  Backend* backend_ = nullptr;
+  int previous_ = -1;
+};
 
 // The op layer's capability check: throws the user-facing error naming `op`, the argument,
 // its device, dtype and shape, and the dtypes that device computes in, unless t's backend

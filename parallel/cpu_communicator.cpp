@@ -86,7 +86,7 @@ std::shared_ptr<CollectiveWork> CpuCommunicator::launch(std::function<void(int, 
                                                         size_t bytes) {
   if (bytes <= inline_bytes_) {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (jobs_.empty()) {  // nothing earlier to complete first: Note [small collectives run inline]
+    if (jobs_.empty()) {  // nothing earlier to complete first: Note [small CPU collectives run inline]
       auto work = std::make_shared<HostCollectiveWork>(std::move(description));
       std::exception_ptr error;
       try {

@@ -8,10 +8,18 @@
 // worker computes it and whenever — so the result is the same bits every run, on every
 // device, independent of timing, of the number of workers and of how tensors are grouped.
 //
-// Note [small collectives run inline]: waking a worker costs tens of microseconds (more on a
+// Note [small CPU collectives run inline]: waking a worker costs tens of microseconds (more on a
 // busy machine), far more than summing a few kilobytes. A collective of at most
 // `inline_bytes` per device, launched while no other is queued, is therefore run to completion
 // by the caller and returns a completed work — same element ranges, same order, same bits.
+//
+// The workers' queue is not kernels/cpu's ThreadPool nor parallel::ReplicaThreads, which are
+// synchronous (run() returns when every part is done): a collective is launched from a gradient
+// hook and must return at once, so jobs_ is an asynchronous FIFO, and every worker takes every
+// job (its own element range of it), not one worker per job. Jobs complete in launch order and
+// the destructor completes the queued ones first. The MPI runtime's queue is asynchronous too,
+// but has one thread, the only one allowed to call MPI (Note [MPI's thread level]); here the
+// workers call nothing but the kernels, so they are many, one per replica.
 #pragma once
 
 #include <condition_variable>
@@ -30,7 +38,7 @@ namespace minidl::parallel {
 
 class CpuCommunicator final : public Communicator {
  public:
-  // Every device must be the CPU; one worker thread per entry. inline_bytes: Note [small
+  // Every device must be the CPU; one worker thread per entry. inline_bytes: Note [small CPU
   // collectives run inline] (0: every collective goes to the workers).
   static constexpr size_t kDefaultInlineBytes = size_t{64} << 10;
   explicit CpuCommunicator(std::vector<Device> devices, size_t inline_bytes = kDefaultInlineBytes);

@@ -2,6 +2,14 @@
 // DataParallel (starting a thread per replica per step would cost more than a small model's
 // forward). run(count, task) runs task(0) on the calling thread and task(1..count-1) on the
 // workers, concurrently, and returns when all have finished.
+//
+// The contract is kernels/cpu's ThreadPool's (part 0 on the caller, return when all are done),
+// but not its implementation: a task here is a replica's whole step, milliseconds long, which
+// itself runs kernels on the ThreadPool (a call from inside a pool part would run serially), so
+// the workers sleep at once instead of spinning, replica i always runs on worker i, and every
+// task's exception is kept (the lowest-numbered one is rethrown). Unlike the CpuCommunicator's
+// workers and the MPI runtime's thread, which take an asynchronous queue of collectives, run()
+// is synchronous: one run at a time, no queue.
 #pragma once
 
 #include <condition_variable>

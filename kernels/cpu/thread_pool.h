@@ -16,6 +16,18 @@
 // A call made while the pool is already running (from a DataLoader worker thread, say, or from
 // inside a part) runs all its parts on its own thread, in order: the same parts, so the same
 // results, only without the helpers.
+//
+// One of four hand-made thread queues in minidl, each shaped by its work: this pool
+// (synchronous fork-join of microsecond parts), parallel::ReplicaThreads (synchronous
+// fork-join of whole replica steps), the CpuCommunicator's workers (an asynchronous queue every
+// worker drains in full) and the MPI runtime's thread (an asynchronous queue on the one thread
+// allowed to call MPI). Only this one and ReplicaThreads share a contract, part 0 on the
+// caller, and they are still kept apart: a kernel's parts last microseconds, so the pool spins
+// before it sleeps, hands its work over in one atomic word and takes a plain function pointer
+// (no allocation per call); a replica's step lasts milliseconds and itself calls the kernels,
+// so it must run on threads other than this pool's (a call from inside a part runs
+// serially). A shared class would also have to live in core/, which parallel/ and kernels/
+// both reach, for a gain of a few dozen lines.
 #pragma once
 
 #include <atomic>

@@ -133,6 +133,26 @@ void CudaBackend::record_stream(const Tensor& t, void* stream) {
   allocator_->record_stream(t.storage().data(), stream);
 }
 
+// DeviceGuard's and QuietDeviceGuard's steps, for CurrentDeviceGuard (core/backend.h).
+int CudaBackend::make_current() {
+  int previous = -1;
+  MINIDL_CUDA_CHECK(cudaGetDevice(&previous));
+  if (previous == device_) return -1;  // nothing to restore
+  MINIDL_CUDA_CHECK(cudaSetDevice(device_));
+  return previous;
+}
+
+int CudaBackend::make_current_quietly() noexcept {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess || previous == device_ || cudaSetDevice(device_) != cudaSuccess)
+    return -1;
+  return previous;
+}
+
+void CudaBackend::restore_current(int previous) noexcept {
+  if (previous >= 0) (void)cudaSetDevice(previous);
+}
+
 CudaBackend& backend_of(const Tensor& t) {
   MINIDL_INTERNAL_ASSERT(t.device().is_cuda(), "backend_of: a tensor on ", t.device());
   return static_cast<CudaBackend&>(backend_for(t.device()));

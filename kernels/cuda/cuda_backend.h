@@ -99,6 +99,9 @@ class CudaBackend final : public Backend {
   // the stream has been synchronised: synchronize() and copies to the host do.
   void raise_deferred_errors();
   void record_stream(const Tensor& t, void* stream) override;
+  int make_current() override;
+  int make_current_quietly() noexcept override;
+  void restore_current(int previous) noexcept override;
   MemoryStats memory_stats() override;
   void empty_cache() override;
   void reset_peak_memory_stats() override;
@@ -126,14 +129,18 @@ class CudaBackend final : public Backend {
   std::once_flag cublas_once_;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CachingAllocator> allocator_;
-  // Note [deferred target errors]: kMaxDeferredChecks slots of {first bad row, its value} in
-  // device memory (cudaMalloc'd once, outside the caching allocator's statistics), and the
+  // The slots of Note [deferred target errors] (cross_entropy.cu): kMaxDeferredChecks slots of
+  // {first bad row, its value} in device memory (cudaMalloc'd once, outside the caching allocator's statistics), and the
   // messages of the checks that use them, in call order.
   static constexpr int kMaxDeferredChecks = 1024;
   std::mutex deferred_mutex_;
   unsigned long long* deferred_slots_ = nullptr;  // [kMaxDeferredChecks, 2]
   std::vector<TargetErrorMessage> deferred_messages_;
 };
+
+// Samples per chunk of conv2d_forward / conv2d_backward (Note [conv chunks on the GPU] in
+// conv.cu): as many as keep the col buffer under its budget, at least one, at most g.n.
+int64_t conv2d_samples_per_chunk(const Conv2dGeometry& g);
 
 // The backend owning t's memory (t must be on a CUDA device).
 CudaBackend& backend_of(const Tensor& t);

@@ -27,6 +27,12 @@
 // MPI thread and joins it — once, whether main() returned 0 or an error status. A process that
 // ends by an uncaught exception or a signal does not finalise: the launcher sees it die and ends
 // the job (Note [a failed rank]).
+//
+// Why a queue of its own: kernels/cpu's ThreadPool and parallel::ReplicaThreads are synchronous
+// fork-joins over several threads, and the CpuCommunicator's workers each take a part of every
+// job. This is one thread for the life of the process (MPI_Init_thread to MPI_Finalize), taking
+// opaque jobs in FIFO order, submitted without waiting (submit) or waited for (run), with a
+// `busy` flag that lets a small job run inline and keeps MPI's calls serialised.
 #pragma once
 
 // The MPI C API only: Open MPI's and MPICH's deprecated C++ bindings stay out (they do not build

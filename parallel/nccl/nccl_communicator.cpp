@@ -11,41 +11,10 @@
 #include <type_traits>
 
 #include "core/backend.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
+#include "parallel/nccl/nccl_check.h"
 
 namespace minidl::parallel {
 namespace {
-
-[[noreturn]] void throw_nccl_error(ncclResult_t status, ncclComm_t comm, const char* call, const char* file,
-                                   int line) {
-  std::ostringstream os;
-  os << "NCCL error " << static_cast<int>(status) << " (" << ncclGetErrorString(status) << ") in " << call << " at "
-     << file << ":" << line;
-  const char* last = ncclGetLastError(comm);  // NCCL's own words on the last failure, if any
-  if (last != nullptr && last[0] != '\0') os << ": " << last;
-  throw Error(os.str());
-}
-
-// The comm given is the one whose last-error text is quoted (nullptr: the thread's last).
-#define MINIDL_NCCL_CHECK(comm, call)                                                        \
-  do {                                                                                       \
-    const ncclResult_t minidl_nccl_status_ = (call);                                         \
-    if (minidl_nccl_status_ != ncclSuccess)                                                  \
-      throw_nccl_error(minidl_nccl_status_, (comm), #call, __FILE__, __LINE__);              \
-  } while (0)
-
-ncclDataType_t nccl_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::Float32:
-      return ncclFloat32;
-    case DType::Float64:
-      return ncclFloat64;
-    case DType::Int64:
-      return ncclInt64;
-  }
-  throw Error("nccl: unknown dtype");
-}
 
 // Note [comm streams live forever]: the caching allocator remembers each stream a block was
 // used on (record_stream) until the block is freed, which may be long after the communicator
@@ -74,7 +43,7 @@ cudaStream_t acquire_comm_stream(int device) {
     }
   }
   cudaStream_t s = nullptr;
-  MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  MINIDL_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
 }
 void release_comm_stream(int device, cudaStream_t s) noexcept {
@@ -104,7 +73,7 @@ struct NcclState {
     // waited for (its collective may never finish); otherwise its queued collectives finish.
     if (failure.empty()) poll_async_locked();
     for (size_t i = 0; i < comms.size(); ++i) {
-      cuda::QuietDeviceGuard guard(devices[i].index);
+      CurrentDeviceGuard guard(devices[i], CurrentDeviceGuard::Quiet{});
       const bool has_stream = i < comm_streams.size();  // the constructor may have failed midway
       if (failure.empty()) {
         if (has_stream) (void)cudaStreamSynchronize(comm_streams[i]);
@@ -162,7 +131,7 @@ class NcclWork final : public CollectiveWork {
 
   ~NcclWork() override {
     for (size_t i = 0; i < done_.size(); ++i) {
-      cuda::QuietDeviceGuard guard(state_->devices[i].index);
+      CurrentDeviceGuard guard(state_->devices[i], CurrentDeviceGuard::Quiet{});
       (void)cudaEventDestroy(done_[i]);  // the event is released once it has completed
     }
   }
@@ -174,13 +143,13 @@ class NcclWork final : public CollectiveWork {
       if (lock.owns_lock() && state_->poll_async_locked()) return true;  // failed: wait() throws
     }
     for (size_t i = 0; i < done_.size(); ++i) {
-      cuda::DeviceGuard guard(state_->devices[i].index);
+      CurrentDeviceGuard guard(state_->devices[i]);
       const cudaError_t status = cudaEventQuery(done_[i]);
       if (status == cudaErrorNotReady) {
         (void)cudaGetLastError();  // not an error: clear it, or the next launch check reports it
         return false;
       }
-      MINIDL_CUDA_CHECK(status);
+      MINIDL_NCCL_CUDA_CHECK(status);
     }
     return true;
   }
@@ -191,8 +160,8 @@ class NcclWork final : public CollectiveWork {
       state_->check_async_locked(description_);
     }
     for (size_t i = 0; i < done_.size(); ++i) {
-      cuda::DeviceGuard guard(state_->devices[i].index);
-      MINIDL_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_streams[i], done_[i], 0));
+      CurrentDeviceGuard guard(state_->devices[i]);
+      MINIDL_NCCL_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_streams[i], done_[i], 0));
     }
   }
 
@@ -219,7 +188,7 @@ class NcclCommunicator final : public Communicator {
                   (last != nullptr && last[0] != '\0' ? std::string(": ") + last : std::string()));
     }
     for (const Device& d : devices) {
-      cuda::DeviceGuard guard(d.index);
+      CurrentDeviceGuard guard(d);
       state_->comm_streams.push_back(acquire_comm_stream(d.index));
       state_->compute_streams.push_back(static_cast<cudaStream_t>(backend_for(d).stream_handle()));
     }
@@ -236,9 +205,10 @@ class NcclCommunicator final : public Communicator {
     return launch(groups, describe("all_reduce(" + std::string(reduce_op_name(op)) + ")", groups.size()),
                   [&](const Tensor& t, size_t rank) {
                     void* p = t.raw_data();
+                    const ncclDataType_t type = nccl::nccl_dtype(t.dtype(), "nccl communicator");
                     MINIDL_NCCL_CHECK(state_->comms[rank],
-                                      ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_dtype(t.dtype()),
-                                                    nccl_op, state_->comms[rank], state_->comm_streams[rank]));
+                                      ncclAllReduce(p, p, static_cast<size_t>(t.numel()), type, nccl_op,
+                                                    state_->comms[rank], state_->comm_streams[rank]));
                   });
   }
 
@@ -248,8 +218,9 @@ class NcclCommunicator final : public Communicator {
     return launch(groups, describe("broadcast(root " + std::to_string(root) + ")", groups.size()),
                   [&](const Tensor& t, size_t rank) {
                     void* p = t.raw_data();
+                    const ncclDataType_t type = nccl::nccl_dtype(t.dtype(), "nccl communicator");
                     MINIDL_NCCL_CHECK(state_->comms[rank],
-                                      ncclBroadcast(p, p, static_cast<size_t>(t.numel()), nccl_dtype(t.dtype()), root,
+                                      ncclBroadcast(p, p, static_cast<size_t>(t.numel()), type, root,
                                                     state_->comms[rank], state_->comm_streams[rank]));
                   });
   }
@@ -269,25 +240,26 @@ class NcclCommunicator final : public Communicator {
                                          const Call& call) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->check_async_locked(description);
-    for (const DeviceTensors& g : groups) (void)nccl_dtype(g[0].dtype());  // throws before the group, not inside
+    // Throws before the group, not inside it.
+    for (const DeviceTensors& g : groups) (void)nccl::nccl_dtype(g[0].dtype(), "nccl communicator");
     const size_t n = devices().size();
     bool launched = false;  // the NCCL calls may be running: a failure after that poisons the state
     std::vector<cudaEvent_t> done(n, nullptr);
     auto destroy_events = [&] {
       for (size_t i = 0; i < n; ++i)
         if (done[i] != nullptr) {
-          cuda::QuietDeviceGuard guard(devices()[i].index);
+          CurrentDeviceGuard guard(devices()[i], CurrentDeviceGuard::Quiet{});
           (void)cudaEventDestroy(done[i]);
         }
     };
     try {
       for (size_t i = 0; i < n; ++i) {
-        cuda::DeviceGuard guard(devices()[i].index);
-        MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+        CurrentDeviceGuard guard(devices()[i]);
+        MINIDL_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
         // The comm stream starts after everything queued so far on the compute stream (the
         // producers of the tensors); `done` doubles as the "ready" event here.
-        MINIDL_CUDA_CHECK(cudaEventRecord(done[i], state_->compute_streams[i]));
-        MINIDL_CUDA_CHECK(cudaStreamWaitEvent(state_->comm_streams[i], done[i], 0));
+        MINIDL_NCCL_CUDA_CHECK(cudaEventRecord(done[i], state_->compute_streams[i]));
+        MINIDL_NCCL_CUDA_CHECK(cudaStreamWaitEvent(state_->comm_streams[i], done[i], 0));
         for (const DeviceTensors& g : groups)
           if (g[i].numel() > 0)
             backend_for(g[i].device()).record_stream(g[i], state_->comm_streams[i]);
@@ -307,8 +279,8 @@ class NcclCommunicator final : public Communicator {
         MINIDL_NCCL_CHECK(nullptr, ncclGroupEnd());
       }
       for (size_t i = 0; i < n; ++i) {
-        cuda::DeviceGuard guard(devices()[i].index);
-        MINIDL_CUDA_CHECK(cudaEventRecord(done[i], state_->comm_streams[i]));
+        CurrentDeviceGuard guard(devices()[i]);
+        MINIDL_NCCL_CUDA_CHECK(cudaEventRecord(done[i], state_->comm_streams[i]));
       }
     } catch (const std::exception& e) {
       // After the launch, some devices may run the collective while the caller is told it

@@ -26,34 +26,12 @@
 #include <sstream>
 #include <thread>
 
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
+#include "core/backend.h"
+#include "parallel/nccl/nccl_check.h"
 #include "parallel/process_group.h"
 
 namespace minidl::parallel {
 namespace {
-
-void check_nccl(ncclResult_t status, ncclComm_t comm, const char* call) {
-  if (status == ncclSuccess) return;
-  std::ostringstream os;
-  os << "NCCL error " << static_cast<int>(status) << " (" << ncclGetErrorString(status) << ") in " << call;
-  const char* last = ncclGetLastError(comm);
-  if (last != nullptr && last[0] != '\0') os << ": " << last;
-  throw Error(os.str());
-}
-#define MINIDL_NCCL_PG_CHECK(comm, call) check_nccl((call), (comm), #call)
-
-ncclDataType_t nccl_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::Float32:
-      return ncclFloat32;
-    case DType::Float64:
-      return ncclFloat64;
-    case DType::Int64:
-      return ncclInt64;
-  }
-  throw Error("nccl process group: unknown dtype");
-}
 
 // What the group and its works share; freed with the last of them.
 struct NcclRankState {
@@ -61,13 +39,13 @@ struct NcclRankState {
   int rank = 0, world = 1;
   ncclComm_t comm = nullptr;
   cudaStream_t comm_stream = nullptr;     // never destroyed (see the file comment)
-  cudaStream_t compute_stream = nullptr;  // the device's own (CudaBackend::stream())
+  cudaStream_t compute_stream = nullptr;  // the device's own (Backend::stream_handle())
   std::mutex mutex;                       // one launch at a time; guards failure
   std::string failure;                    // set once the communicator was aborted
 
   ~NcclRankState() {
     if (comm == nullptr) return;
-    cuda::QuietDeviceGuard guard(device.index);
+    CurrentDeviceGuard guard(device, CurrentDeviceGuard::Quiet{});
     if (failure.empty()) poll_locked();
     if (failure.empty()) {
       (void)cudaStreamSynchronize(comm_stream);
@@ -104,7 +82,7 @@ class NcclRankWork final : public CollectiveWork {
   NcclRankWork(std::shared_ptr<NcclRankState> state, cudaEvent_t done, std::string description, bool host_wait)
       : state_(std::move(state)), done_(done), description_(std::move(description)), host_wait_(host_wait) {}
   ~NcclRankWork() override {
-    cuda::QuietDeviceGuard guard(state_->device.index);
+    CurrentDeviceGuard guard(state_->device, CurrentDeviceGuard::Quiet{});
     (void)cudaEventDestroy(done_);
   }
 
@@ -113,13 +91,13 @@ class NcclRankWork final : public CollectiveWork {
       std::unique_lock<std::mutex> lock(state_->mutex, std::try_to_lock);
       if (lock.owns_lock() && state_->poll_locked()) return true;  // failed: wait() throws
     }
-    cuda::DeviceGuard guard(state_->device.index);
+    CurrentDeviceGuard guard(state_->device);
     const cudaError_t status = cudaEventQuery(done_);
     if (status == cudaErrorNotReady) {
       (void)cudaGetLastError();
       return false;
     }
-    MINIDL_CUDA_CHECK(status);
+    MINIDL_NCCL_CUDA_CHECK(status);
     return true;
   }
 
@@ -128,8 +106,8 @@ class NcclRankWork final : public CollectiveWork {
       std::lock_guard<std::mutex> lock(state_->mutex);
       state_->check_locked(description_);
     }
-    cuda::DeviceGuard guard(state_->device.index);
-    MINIDL_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_stream, done_, 0));
+    CurrentDeviceGuard guard(state_->device);
+    MINIDL_NCCL_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_stream, done_, 0));
     if (!host_wait_) return;
     // A barrier: block the host, polling so that an aborted peer is an error, not a hang.
     while (!is_completed()) std::this_thread::yield();
@@ -159,19 +137,20 @@ class NcclProcessGroup final : public ProcessGroup {
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
     if (rank() == 0) {
-      MINIDL_NCCL_PG_CHECK(nullptr, ncclGetUniqueId(&id));
+      MINIDL_NCCL_CHECK(nullptr, ncclGetUniqueId(&id));
       std::memcpy(id_words.raw_data(), &id, sizeof(id));
     }
     bootstrap_->broadcast_(id_words, 0);
     std::memcpy(&id, id_words.raw_data(), sizeof(id));
-    cuda::DeviceGuard guard(device.index);
+    CurrentDeviceGuard guard(device);
     const ncclResult_t status = ncclCommInitRank(&state_->comm, world_size(), id, rank());
     if (status != ncclSuccess) {
       state_->comm = nullptr;
-      check_nccl(status, nullptr, "ncclCommInitRank");
+      nccl::throw_nccl_error(status, nullptr, "ncclCommInitRank(&state_->comm, world_size(), id, rank())", __FILE__,
+                             __LINE__);
     }
-    MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->comm_stream, cudaStreamNonBlocking));
-    state_->compute_stream = cuda::backend_of(zeros(Shape{1}, TensorOptions(DType::Float32, device))).stream();
+    MINIDL_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->comm_stream, cudaStreamNonBlocking));
+    state_->compute_stream = static_cast<cudaStream_t>(backend_for(device).stream_handle());
   }
 
   std::string backend_name() const override { return "nccl"; }
@@ -186,8 +165,8 @@ class NcclProcessGroup final : public ProcessGroup {
       for (const DeviceTensors& g : groups) {
         const Tensor& t = g[0];
         if (t.numel() == 0) continue;
-        MINIDL_NCCL_PG_CHECK(comm, ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
-                                                 nccl_dtype(t.dtype()), nccl_op, comm, s));
+        MINIDL_NCCL_CHECK(comm, ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
+                                              nccl::nccl_dtype(t.dtype(), "nccl process group"), nccl_op, comm, s));
       }
     });
   }
@@ -199,8 +178,8 @@ class NcclProcessGroup final : public ProcessGroup {
       for (const DeviceTensors& g : groups) {
         const Tensor& t = g[0];
         if (t.numel() == 0) continue;
-        MINIDL_NCCL_PG_CHECK(comm, ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
-                                                 nccl_dtype(t.dtype()), root, comm, s));
+        MINIDL_NCCL_CHECK(comm, ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
+                                              nccl::nccl_dtype(t.dtype(), "nccl process group"), root, comm, s));
       }
     });
   }
@@ -209,8 +188,8 @@ class NcclProcessGroup final : public ProcessGroup {
     check_all_gather(input, output);
     return launch({{input}, {output}}, "all_gather", false, [&](ncclComm_t comm, cudaStream_t s) {
       if (input.numel() == 0) return;
-      MINIDL_NCCL_PG_CHECK(comm, ncclAllGather(input.raw_data(), output.raw_data(), static_cast<size_t>(input.numel()),
-                                               nccl_dtype(input.dtype()), comm, s));
+      MINIDL_NCCL_CHECK(comm, ncclAllGather(input.raw_data(), output.raw_data(), static_cast<size_t>(input.numel()),
+                                            nccl::nccl_dtype(input.dtype(), "nccl process group"), comm, s));
     });
   }
 
@@ -219,7 +198,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<CollectiveWork> barrier() override {
     Tensor token = zeros(Shape{1}, TensorOptions(DType::Float32, device()));
     return launch({{token}}, "barrier", true, [&](ncclComm_t comm, cudaStream_t s) {
-      MINIDL_NCCL_PG_CHECK(comm, ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclFloat32, ncclSum, comm, s));
+      MINIDL_NCCL_CHECK(comm, ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclFloat32, ncclSum, comm, s));
     });
   }
 
@@ -231,18 +210,18 @@ class NcclProcessGroup final : public ProcessGroup {
                                     std::to_string(world_size()) + " (" + device().str() + ")";
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->check_locked(description);
-    for (const DeviceTensors& g : groups) (void)nccl_dtype(g[0].dtype());
-    cuda::DeviceGuard guard(device().index);
+    for (const DeviceTensors& g : groups) (void)nccl::nccl_dtype(g[0].dtype(), "nccl process group");
+    CurrentDeviceGuard guard(device());
     cudaEvent_t done = nullptr;
-    MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    MINIDL_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     bool launched = false;
     try {
-      MINIDL_CUDA_CHECK(cudaEventRecord(done, state_->compute_stream));  // doubles as "ready"
-      MINIDL_CUDA_CHECK(cudaStreamWaitEvent(state_->comm_stream, done, 0));
+      MINIDL_NCCL_CUDA_CHECK(cudaEventRecord(done, state_->compute_stream));  // doubles as "ready"
+      MINIDL_NCCL_CUDA_CHECK(cudaStreamWaitEvent(state_->comm_stream, done, 0));
       for (const DeviceTensors& g : groups)
         if (g[0].numel() > 0)
-          cuda::backend_of(g[0]).caching_allocator().record_stream(g[0].storage().data(), state_->comm_stream);
-      MINIDL_NCCL_PG_CHECK(state_->comm, ncclGroupStart());
+          backend_for(g[0].device()).record_stream(g[0], state_->comm_stream);
+      MINIDL_NCCL_CHECK(state_->comm, ncclGroupStart());
       try {
         calls(state_->comm, state_->comm_stream);
       } catch (...) {
@@ -250,8 +229,8 @@ class NcclProcessGroup final : public ProcessGroup {
         throw;
       }
       launched = true;
-      MINIDL_NCCL_PG_CHECK(state_->comm, ncclGroupEnd());
-      MINIDL_CUDA_CHECK(cudaEventRecord(done, state_->comm_stream));
+      MINIDL_NCCL_CHECK(state_->comm, ncclGroupEnd());
+      MINIDL_NCCL_CUDA_CHECK(cudaEventRecord(done, state_->comm_stream));
     } catch (const std::exception& e) {
       // Launched on this rank but reported as failed: no later collective could match up.
       if (launched && state_->failure.empty()) {

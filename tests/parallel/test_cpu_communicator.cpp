@@ -123,7 +123,7 @@ TEST_CASE("a small cpu collective runs on the caller when nothing is queued, els
           "[parallel][comm]") {
   CpuCommunicator comm(cpu_replicas(2));
   DeviceTensors small{full({16}, 1.0), full({16}, 2.0)};
-  CHECK(comm.all_reduce(small, ReduceOp::Sum)->is_completed());  // Note [small collectives run inline]
+  CHECK(comm.all_reduce(small, ReduceOp::Sum)->is_completed());  // Note [small CPU collectives run inline]
   CHECK(small[1].at({15}) == 3.0);
   DeviceTensors big{full({400000}, 1.0), full({400000}, 2.0)};
   std::shared_ptr<CollectiveWork> first = comm.all_reduce(big, ReduceOp::Sum);
