@@ -1,13 +1,25 @@
 // CUDA 2-D convolution (float32) lowered to the backend's GEMM (matmul: the hand-written
-// kernel or cuBLAS, as gemm_impl() says) through im2col / col2im; the CPU backend
-// (kernels/cpu/conv.cpp) does the same in the same order, and docs/conv-as-gemm.md walks
-// through the shapes. With S = H_out·W_out and the whole batch in the GEMM's N dimension:
-//   im2col:  col [C_in·KH·KW, N·S]   col[(c,i,j)][(n,oh,ow)] = x[n, c, oh·sh − ph + i·dh, ow·sw − pw + j·dw] or 0
-//   forward: Y'_g [C_out/G, N·S] = W_g · col_g, then y[n, co, p] = Y'[co, n·S + p] + b[co]
+// kernel or cuBLAS, as gemm_impl() says) through im2col / col2im, the same lowering as the CPU
+// backend's (kernels/cpu/conv.cpp); docs/conv-as-gemm.md walks through the shapes. With
+// S = H_out·W_out and a chunk of n samples in the GEMM's N dimension:
+//   im2col:  col [C_in·KH·KW, n·S]   col[(c,i,j)][(n,oh,ow)] = x[n, c, oh·sh − ph + i·dh, ow·sw − pw + j·dw] or 0
+//   forward: Y'_g [C_out/G, n·S] = W_g · col_g, then y[n, co, p] = Y'[co, n·S + p] + b[co]
 //   backward: dY' = that permute of dy;  db = row sums of dY';  dW_g = dY'_g · col_gᵀ;
 //             dcol_g = W_gᵀ · dY'_g;  dx = col2im(dcol)
 // Each group's blocks are contiguous row ranges of W, col, Y' and dW, so a group's product is
 // one matmul on row slices (narrow views), with transposes as flags.
+//
+// Note [conv chunks on the GPU]: the batch is cut into chunks of samples whose col buffer stays
+// under kColBudget floats (32 MiB), the buffers (col, Y' / dY') are allocated once for the
+// largest chunk, and forward, dW and dx loop over the chunks. The Fashion-MNIST CNN's training
+// batch of 64 is one chunk; an evaluation batch of 1000 takes 7 instead of a 225 MiB
+// buffer. y and dx are per sample, so chunking them changes no sum. dW and db sum over every
+// sample: each chunk's product (or row sum) is computed apart, and from the second chunk on
+// added into the result (accumulate_kernel), in chunk order — so the summation order differs
+// from one product over the whole batch, but is fixed by the geometry alone: deterministic. The
+// CPU chunks too, with a smaller budget (16 MiB) and a dot-product path for thin weight
+// gradients (Note [thin weight gradients] in kernels/cpu/conv.cpp), so the two backends agree
+// within rounding, not bit for bit.
 //
 // Kernels (one thread per output element, grid-stride loops; all bandwidth-bound copies):
 //   im2col_kernel  over the col elements; consecutive threads take consecutive (n, oh, ow) of
@@ -16,6 +28,9 @@
 //                  (i, j), oh = (ih + ph − i·dh) / sh when that divides — so no atomics are
 //                  needed and every sum runs in a fixed order (deterministic).
 //   rows_to_nchw_kernel / nchw_to_rows_kernel: the permutes, coalesced on the contiguous S runs.
+//   accumulate_kernel: dst += src, the later chunks' dW and db.
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -87,6 +102,13 @@ __global__ void rows_to_nchw_kernel(const float* __restrict__ rows, const float*
   }
 }
 
+// dst[i] += src[i].
+__global__ void accumulate_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t total) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[idx] += src[idx];
+}
+
 // rows [C, N·S] from dy [N, C, S].
 __global__ void nchw_to_rows_kernel(const float* __restrict__ dy, float* __restrict__ rows, int64_t n, int64_t c,
                                     int64_t S) {
@@ -100,14 +122,33 @@ __global__ void nchw_to_rows_kernel(const float* __restrict__ dy, float* __restr
 
 // ---- helpers of the launchers ----
 
-void im2col(CudaBackend& be, const Tensor& x, Tensor& col, const Conv2dGeometry& g) {
+// Note [conv chunks on the GPU]: the col buffer of one chunk holds at most this many floats.
+constexpr int64_t kColBudget = int64_t{1} << 23;  // 32 MiB
+
+// col [C_in·KH·KW, n·S] from the n samples of x that start at `x` (s.n = n).
+void im2col(CudaBackend& be, const float* x, Tensor& col, const ConvShape& s) {
   im2col_kernel<<<grid_for(col.numel(), kThreads, be.multiprocessor_count()), kThreads, 0, be.stream()>>>(
-      x.data<float>(), col.data<float>(), shape_of(g));
+      x, col.data<float>(), s);
+  MINIDL_LAUNCH_CHECK();
+}
+
+// dst += src, both contiguous with the same numel.
+void accumulate(CudaBackend& be, Tensor& dst, const Tensor& src) {
+  MINIDL_INTERNAL_ASSERT(dst.numel() == src.numel(), "accumulate: ", dst.shape(), " += ", src.shape());
+  if (dst.numel() == 0) return;
+  accumulate_kernel<<<grid_for(dst.numel(), kThreads, be.multiprocessor_count()), kThreads, 0, be.stream()>>>(
+      dst.data<float>(), src.data<float>(), dst.numel());
   MINIDL_LAUNCH_CHECK();
 }
 
 // Rows [first, first + count) of a 2-D tensor, as a contiguous view.
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count) { return t.narrow(0, first, count); }
+
+// The first rows·cols elements of a contiguous buffer, as a contiguous [rows, cols] matrix: the
+// buffers are sized for the largest chunk and the last chunk may be smaller.
+Tensor leading_matrix(const Tensor& buffer, int64_t rows, int64_t cols) {
+  return buffer.view(Shape{buffer.numel()}).narrow(0, 0, rows * cols).view(Shape{rows, cols});
+}
 
 // The op layer guarantees float32 operands on a CUDA device (computes_in); restated for debug builds.
 void assert_float32([[maybe_unused]] const Tensor& t, [[maybe_unused]] const char* op, [[maybe_unused]] const char* what) {
@@ -115,6 +156,11 @@ void assert_float32([[maybe_unused]] const Tensor& t, [[maybe_unused]] const cha
 }
 
 }  // namespace
+
+int64_t conv2d_samples_per_chunk(const Conv2dGeometry& g) {
+  const int64_t per_sample = std::max<int64_t>(1, g.c_in * g.kh * g.kw * g.spatial_out());
+  return std::clamp<int64_t>(kColBudget / per_sample, 1, std::max<int64_t>(g.n, 1));
+}
 
 // ---- launchers ----
 
@@ -124,19 +170,28 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
   assert_float32(x, "conv2d_forward", "x");
   assert_float32(w, "conv2d_forward", "weight");
   assert_float32(bias, "conv2d_forward", "bias");
-  const int64_t S = g.spatial_out(), NS = g.n * S, K = g.col_rows_per_group(), M = g.c_out_per_group();
+  const int64_t S = g.spatial_out(), K = g.col_rows_per_group(), M = g.c_out_per_group();
+  const int64_t rows = g.c_in * g.kh * g.kw, chunk = conv2d_samples_per_chunk(g);
   const TensorOptions opts = y.options();
-  Tensor col = empty(Shape{g.c_in * g.kh * g.kw, NS}, opts);  // [C_in·KH·KW, N·S]
-  Tensor yt = empty(Shape{g.c_out, NS}, opts);                 // Y' [C_out, N·S]
-  im2col(*this, x, col, g);
-  const Tensor w2 = w.reshape(Shape{g.c_out, K});  // [C_out, C_in/G·KH·KW]
-  for (int64_t grp = 0; grp < g.groups; ++grp) {
-    Tensor out = rows_of(yt, grp * M, M);
-    matmul(rows_of(w2, grp * M, M), rows_of(col, grp * K, K), out, false, false);  // Y'_g = W_g · col_g
+  const Tensor col_buffer = empty(Shape{rows, chunk * S}, opts);   // col [C_in·KH·KW, chunk·S]
+  const Tensor yt_buffer = empty(Shape{g.c_out, chunk * S}, opts);  // Y' [C_out, chunk·S]
+  const Tensor w2 = w.reshape(Shape{g.c_out, K});                   // [C_out, C_in/G·KH·KW]
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {  // Note [conv chunks on the GPU]
+    const int64_t count = std::min(chunk, g.n - n0), NS = count * S;
+    ConvShape s = shape_of(g);
+    s.n = count;
+    Tensor col = leading_matrix(col_buffer, rows, NS);  // [C_in·KH·KW, count·S]
+    Tensor yt = leading_matrix(yt_buffer, g.c_out, NS);  // Y' [C_out, count·S]
+    im2col(*this, x.data<float>() + n0 * g.c_in * g.h * g.w, col, s);
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      Tensor out = rows_of(yt, grp * M, M);
+      matmul(rows_of(w2, grp * M, M), rows_of(col, grp * K, K), out, false, false);  // Y'_g = W_g · col_g
+    }
+    float* py = y.data<float>() + n0 * g.c_out * S;  // y [count, C_out, S] of this chunk
+    rows_to_nchw_kernel<<<grid_for(count * g.c_out * S, kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
+        yt.data<float>(), bias.defined() ? bias.data<float>() : nullptr, py, count, g.c_out, S);
+    MINIDL_LAUNCH_CHECK();
   }
-  rows_to_nchw_kernel<<<grid_for(y.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      yt.data<float>(), bias.defined() ? bias.data<float>() : nullptr, y.data<float>(), g.n, g.c_out, S);
-  MINIDL_LAUNCH_CHECK();
 }
 
 void CudaBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
@@ -145,31 +200,52 @@ void CudaBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tenso
   assert_float32(dy, "conv2d_backward", "dy");
   assert_float32(x, "conv2d_backward", "x");
   assert_float32(w, "conv2d_backward", "weight");
-  const int64_t S = g.spatial_out(), NS = g.n * S, K = g.col_rows_per_group(), M = g.c_out_per_group();
+  const int64_t S = g.spatial_out(), K = g.col_rows_per_group(), M = g.c_out_per_group();
+  const int64_t rows = g.c_in * g.kh * g.kw, chunk = conv2d_samples_per_chunk(g);
   const TensorOptions opts = dy.options();
-  Tensor dyt = empty(Shape{g.c_out, NS}, opts);  // dY' [C_out, N·S]
-  nchw_to_rows_kernel<<<grid_for(dyt.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      dy.data<float>(), dyt.data<float>(), g.n, g.c_out, S);
-  MINIDL_LAUNCH_CHECK();
-  if (db.defined()) sum_dim(dyt, g.c_out, NS, 1, db);  // db[co] = Σ_(n,p) dY'[co, (n,p)]
+  const Tensor dyt_buffer = empty(Shape{g.c_out, chunk * S}, opts);  // dY' [C_out, chunk·S]
+  // col (rebuilt, not kept from forward) for dW, then dcol for dx: one buffer serves both in turn.
+  const Tensor col_buffer = dw.defined() || dx.defined() ? empty(Shape{rows, chunk * S}, opts) : Tensor();
+  // The later chunks' dW and db, added into dw and db (Note [conv chunks on the GPU]).
+  const bool chunked = chunk < g.n;
+  Tensor dw_part = chunked && dw.defined() ? empty(Shape{g.c_out, K}, opts) : Tensor();  // [C_out, C_in/G·KH·KW]
+  Tensor db_part = chunked && db.defined() ? empty(Shape{g.c_out}, opts) : Tensor();     // [C_out]
   const Tensor w2 = w.reshape(Shape{g.c_out, K});
-  Tensor col = empty(Shape{g.c_in * g.kh * g.kw, NS}, opts);  // col for dW, then dcol for dx
-  if (dw.defined()) {
-    im2col(*this, x, col, g);
-    Tensor dw2 = dw.reshape(Shape{g.c_out, K});  // a view: dw is contiguous
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      Tensor out = rows_of(dw2, grp * M, M);
-      matmul(rows_of(dyt, grp * M, M), rows_of(col, grp * K, K), out, false, true);  // dW_g = dY'_g · col_gᵀ
-    }
-  }
-  if (dx.defined()) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      Tensor out = rows_of(col, grp * K, K);
-      matmul(rows_of(w2, grp * M, M), rows_of(dyt, grp * M, M), out, true, false);  // dcol_g = W_gᵀ · dY'_g
-    }
-    col2im_kernel<<<grid_for(dx.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-        col.data<float>(), dx.data<float>(), shape_of(g));
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+    const int64_t count = std::min(chunk, g.n - n0), NS = count * S;
+    const bool first = n0 == 0;
+    ConvShape s = shape_of(g);
+    s.n = count;
+    Tensor dyt = leading_matrix(dyt_buffer, g.c_out, NS);  // dY' [C_out, count·S]
+    nchw_to_rows_kernel<<<grid_for(dyt.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
+        dy.data<float>() + n0 * g.c_out * S, dyt.data<float>(), count, g.c_out, S);
     MINIDL_LAUNCH_CHECK();
+    if (db.defined()) {  // db[co] = Σ_(n,p) dY'[co, (n,p)]
+      Tensor out = first ? db : db_part;
+      sum_dim(dyt, g.c_out, NS, 1, out);
+      if (!first) accumulate(*this, db, db_part);
+    }
+    if (!dw.defined() && !dx.defined()) continue;
+    Tensor col = leading_matrix(col_buffer, rows, NS);  // [C_in·KH·KW, count·S]
+    if (dw.defined()) {
+      im2col(*this, x.data<float>() + n0 * g.c_in * g.h * g.w, col, s);
+      Tensor dw2 = first ? dw.reshape(Shape{g.c_out, K}) : dw_part;  // a view: dw is contiguous
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        Tensor out = rows_of(dw2, grp * M, M);
+        matmul(rows_of(dyt, grp * M, M), rows_of(col, grp * K, K), out, false, true);  // dW_g = dY'_g · col_gᵀ
+      }
+      if (!first) accumulate(*this, dw, dw_part);
+    }
+    if (dx.defined()) {
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        Tensor out = rows_of(col, grp * K, K);
+        matmul(rows_of(w2, grp * M, M), rows_of(dyt, grp * M, M), out, true, false);  // dcol_g = W_gᵀ · dY'_g
+      }
+      float* pdx = dx.data<float>() + n0 * g.c_in * g.h * g.w;  // dx [count, C_in, H, W] of this chunk
+      col2im_kernel<<<grid_for(count * g.c_in * g.h * g.w, kThreads, multiprocessor_count()), kThreads, 0,
+                      stream()>>>(col.data<float>(), pdx, s);
+      MINIDL_LAUNCH_CHECK();
+    }
   }
 }
 

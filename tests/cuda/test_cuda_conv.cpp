@@ -5,6 +5,7 @@
 // the same seed, and one training step of the Fashion-MNIST CNN's layers.
 #include "cuda_test_util.h"
 
+#include "kernels/cuda/cuda_backend.h"
 #include "nn/nn.h"
 
 using namespace minidl;
@@ -60,6 +61,26 @@ TEST_CASE("cuda conv2d matches the cpu in forward and backward for odd geometrie
                       random_cpu({k.c_out}, seed + 200)},
                      1e-3, 1e-3, "conv2d case " + std::to_string(seed));
   }
+}
+
+// Note [conv chunks on the GPU] in kernels/cuda/conv.cu: a batch of 131 whose col buffer
+// (144 rows × 131·899 columns) needs three chunks of that backend's budget, the last of 3 samples,
+// with groups, against the CPU, which chunks at its own budget. Tolerance: an output is a sum of
+// 72 products, as above; but dW and db sum N·S = 117,769 terms of values in [-1, 1], so their
+// entries reach a few hundred, and float32 sums of that many terms in two orders differ by about
+// sqrt(terms) · 6e-8 · |sum| ≈ 1e-2 at most: atol 1e-2 plus 1e-3 relative states that bound.
+TEST_CASE("cuda conv2d over a batch that spans several column chunks matches the cpu", "[cuda][conv]") {
+  const Shape xs{131, 16, 31, 29}, ws{6, 8, 3, 3};
+  const Size2 stride{1, 1}, padding{1, 1}, dilation{1, 1};
+  const int64_t groups = 2;
+  const Conv2dGeometry g = ops::conv2d_geometry(xs, ws, stride, padding, dilation, groups);
+  const int64_t chunk = cuda::conv2d_samples_per_chunk(g);
+  INFO("samples per chunk: " << chunk);
+  REQUIRE(chunk * 2 < g.n);   // at least three chunks
+  REQUIRE(g.n % chunk != 0);  // and a last one that is smaller
+  auto f = [&](const std::vector<Tensor>& v) { return ops::conv2d(v[0], v[1], v[2], stride, padding, dilation, groups); };
+  compare_with_cpu(f, {random_cpu(xs, 901), random_cpu(ws, 902), random_cpu({ws[0]}, 903)}, 1e-2, 1e-3,
+                   "conv2d over several chunks");
 }
 
 TEST_CASE("cuda max_pool2d and avg_pool2d match the cpu, with the same argmax indices", "[cuda][pool]") {
