@@ -68,15 +68,24 @@ class AccumulateGrad final : public Node {
 bool grad_mode_enabled();
 void set_grad_mode(bool enabled);
 
-class NoGradGuard {
+// Sets this thread's grad mode for a scope and restores the previous one at its end. The mode
+// is per thread, so a thread that runs work for another (a DataParallel replica thread) takes
+// the caller's mode with GradModeGuard(caller_mode).
+class GradModeGuard {
  public:
-  NoGradGuard() : previous_(grad_mode_enabled()) { set_grad_mode(false); }
-  ~NoGradGuard() { set_grad_mode(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled) : previous_(grad_mode_enabled()) { set_grad_mode(enabled); }
+  ~GradModeGuard() { set_grad_mode(previous_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool previous_;
+};
+
+// GradModeGuard(false) under the name PyTorch readers know (torch.no_grad()).
+class NoGradGuard : public GradModeGuard {
+ public:
+  NoGradGuard() : GradModeGuard(false) {}
 };
 
 namespace autograd {

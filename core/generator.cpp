@@ -80,30 +80,30 @@ DefaultGeneratorGuard::~DefaultGeneratorGuard() { thread_default = previous_; }
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
 namespace {
-thread_local BatchSlice current_slice;
-thread_local bool has_slice = false;
+thread_local BatchRows current_rows;  // Note [random draws of a batch shard]
+thread_local bool has_rows = false;
 }  // namespace
 
-BatchSliceGuard::BatchSliceGuard(BatchSlice slice) : previous_(current_slice), had_previous_(has_slice) {
-  MINIDL_CHECK(slice.begin >= 0 && slice.rows >= 0 && slice.total >= 0 && slice.begin <= slice.total - slice.rows,
-               "BatchSliceGuard: rows [", slice.begin, ", ", slice.begin + slice.rows,
-               ") are not a slice of a batch of ", slice.total, " rows");
-  current_slice = slice;
-  has_slice = true;
+BatchRowsGuard::BatchRowsGuard(BatchRows rows) : previous_(current_rows), had_previous_(has_rows) {
+  MINIDL_CHECK(rows.begin >= 0 && rows.rows >= 0 && rows.total >= 0 && rows.begin <= rows.total - rows.rows,
+               "BatchRowsGuard: rows [", rows.begin, ", ", rows.begin + rows.rows, ") are not rows of a batch of ",
+               rows.total, " rows");
+  current_rows = rows;
+  has_rows = true;
 }
 
-BatchSliceGuard::~BatchSliceGuard() {
-  current_slice = previous_;
-  has_slice = had_previous_;
+BatchRowsGuard::~BatchRowsGuard() {
+  current_rows = previous_;
+  has_rows = had_previous_;
 }
 
-const BatchSlice* current_batch_slice() { return has_slice ? &current_slice : nullptr; }
+const BatchRows* current_batch_rows() { return has_rows ? &current_rows : nullptr; }
 
 uint64_t reserve_rows(Generator& g, int64_t rows, uint64_t per_row) {
-  const BatchSlice* slice = current_batch_slice();
-  if (slice == nullptr || rows != slice->rows) return g.reserve(per_row * static_cast<uint64_t>(rows));
-  const uint64_t first = g.reserve(per_row * static_cast<uint64_t>(slice->total));
-  return first + per_row * static_cast<uint64_t>(slice->begin);
+  const BatchRows* shard = current_batch_rows();
+  if (shard == nullptr || rows != shard->rows) return g.reserve(per_row * static_cast<uint64_t>(rows));
+  const uint64_t first = g.reserve(per_row * static_cast<uint64_t>(shard->total));
+  return first + per_row * static_cast<uint64_t>(shard->begin);
 }
 
 }  // namespace minidl

@@ -47,8 +47,8 @@ void manual_seed(uint64_t seed);
 
 // Makes `g` this thread's default generator for the guard's lifetime. DataParallel gives each
 // replica thread its own copy of the caller's generator, so the replicas' draws do not
-// interleave in whatever order the threads happen to run (Note [random draws of a sliced
-// batch] below says how they still draw the whole batch's numbers). Guards nest; each must be
+// interleave in whatever order the threads happen to run (Note [random draws of a batch
+// shard] below says how they still draw the whole batch's numbers). Guards nest; each must be
 // destroyed on the thread that made it, innermost first (a scope does that).
 class DefaultGeneratorGuard {
  public:
@@ -61,48 +61,46 @@ class DefaultGeneratorGuard {
   Generator* previous_;
 };
 
-// Note [random draws of a sliced batch]
-// A process of a data-parallel job may train on rows [begin, begin + rows) of a batch of
-// `total` rows that every process builds alike (the Fashion-MNIST trainer over processes, Note
-// [a slice of every batch] in samples/fashion_mnist/trainer.cpp), and a DataParallel replica
-// runs on such a slice (its shard). With a BatchSliceGuard around its forward, an op that draws
-// per row (dropout) reserves the counters of all `total` rows and uses those of its own rows,
-// the ones a single process would use for them. So:
-//   - every process's (every replica's) generator advances alike, even when the rows split
-//     unevenly, and one saved generator state resumes them all (the checkpoint holds rank 0's);
-//   - two processes never draw the same mask (each seeded alike, they would otherwise draw
-//     the same numbers for their first rows);
-//   - the masks are those of a single process training on the whole batch, whatever the
-//     number of processes or replicas.
-// An op whose first dimension is not `rows` draws as it would without the guard. The guard is
-// per thread: set it on the thread that runs the forward. Guards nest (the inner one holds until
-// it ends); each must be destroyed on the thread that made it, innermost first.
-struct BatchSlice {
+// Note [random draws of a batch shard]
+// Data-parallel training runs a model on a shard of a batch: a replica on its rows, a process on
+// its rows. An op that draws random numbers per row (dropout) must then draw, for each of its
+// rows, the numbers one device would draw for that row of the whole batch; otherwise two shards
+// seeded alike draw the same mask, and shards of different sizes leave their generators at
+// different offsets (a checkpoint holds one generator state for every process).
+// So the wrapper that runs the forward on a shard (parallel/batch_shard.h) puts a BatchRowsGuard
+// around that forward, on the thread that runs it, saying "this forward computes rows
+// [begin, begin + rows) of a batch of `total` rows". reserve_rows() then reserves the counters
+// of all `total` rows, as one device does, and hands the op those of its own rows. An op whose
+// first dimension is not `rows` is not computing the batch's rows (a tensor reshaped to another
+// first dimension, a parameter-shaped draw) and draws as it would without the guard. Without a
+// guard every draw is the tensor's own. Guards nest; each must be destroyed on the thread that
+// made it, innermost first.
+struct BatchRows {
   int64_t begin = 0;
   int64_t rows = 0;
   int64_t total = 0;
 };
 
-class BatchSliceGuard {
+class BatchRowsGuard {
  public:
   // Throws a minidl::Error unless 0 <= begin, 0 <= rows and begin + rows <= total.
-  explicit BatchSliceGuard(BatchSlice slice);
-  ~BatchSliceGuard();
-  BatchSliceGuard(const BatchSliceGuard&) = delete;
-  BatchSliceGuard& operator=(const BatchSliceGuard&) = delete;
+  explicit BatchRowsGuard(BatchRows rows);
+  ~BatchRowsGuard();
+  BatchRowsGuard(const BatchRowsGuard&) = delete;
+  BatchRowsGuard& operator=(const BatchRowsGuard&) = delete;
 
  private:
-  BatchSlice previous_;
+  BatchRows previous_;
   bool had_previous_;
 };
 
-// The slice set on this thread, or nullptr.
-const BatchSlice* current_batch_slice();
+// The rows set on this thread by a BatchRowsGuard, or nullptr.
+const BatchRows* current_batch_rows();
 
 // Counters for a random draw of `per_row` numbers for each of `rows` rows: reserves them from
-// `g` and returns the offset of the first one this thread uses, for all `total` rows under a
-// BatchSliceGuard of `rows` rows (Note [random draws of a sliced batch]; also when `rows` is 0,
-// so that a process with no rows of a batch stays in step), else for these rows alone.
+// `g` and returns the offset of the first one this op uses — for all `total` rows under a
+// BatchRowsGuard of `rows` rows (Note [random draws of a batch shard]; also when `rows` is 0, so
+// that a shard with no rows stays in step), else for these rows alone.
 uint64_t reserve_rows(Generator& g, int64_t rows, uint64_t per_row);
 
 }  // namespace minidl

@@ -49,8 +49,8 @@ class Communicator {
   const std::vector<Device>& devices() const { return devices_; }
   int local_size() const { return static_cast<int>(devices_.size()); }
   // Participants over all processes. In-process backends: local_size(). A process-group
-  // backend reports every rank, and DataParallel then averages over processes (Note [sum
-  // over replicas, average over processes] in parallel/gradient_reducer.cpp).
+  // backend reports every rank, and the gradient reducer divides its sums by the number of
+  // processes (Note [one division, by the number of processes] in parallel/gradient_reducer.cpp).
   virtual int world_size() const { return local_size(); }
 
   // Grouped collectives: every entry of `groups` is one collective over DeviceTensors, all

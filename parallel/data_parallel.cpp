@@ -24,6 +24,8 @@
 #include "parallel/data_parallel.h"
 
 #include "core/autograd.h"
+#include "parallel/batch_shard.h"
+#include "parallel/model_state.h"
 #include "parallel/replica_threads.h"
 #include "parallel/scatter_gather.h"
 
@@ -37,36 +39,6 @@ std::vector<Device> default_devices() {
                "the devices, e.g. parallel::cpu_replicas(n) for n CPU replicas");
   return all_cuda_devices();
 }
-
-void check_model_on(const nn::Module& model, Device first) {
-  auto check = [&](const std::string& what, const std::string& name, const Tensor& t) {
-    MINIDL_CHECK(t.device() == first, "DataParallel: the model's ", what, " '", name, "' is on ", t.device(),
-                 ", but replica 0 is the model itself and runs on the first device ", first,
-                 "; move the model there before wrapping it (model->to(", first, "))");
-  };
-  for (const auto& [name, p] : model.named_parameters()) check("parameter", name, p);
-  for (const auto& [name, b] : model.named_buffers()) check("buffer", name, b);
-}
-
-std::vector<Tensor> state_of(const nn::Module& m) {
-  std::vector<Tensor> state;
-  for (const auto& [name, p] : m.named_parameters()) state.push_back(p);
-  for (const auto& [name, b] : m.named_buffers()) state.push_back(b);
-  return state;
-}
-
-// Sets this thread's grad mode for a scope (the mode is thread-local: a replica thread takes
-// the caller's, so forward under NoGradGuard records no graph on any replica).
-class GradModeScope {
- public:
-  explicit GradModeScope(bool enabled) : previous_(grad_mode_enabled()) { set_grad_mode(enabled); }
-  ~GradModeScope() { set_grad_mode(previous_); }
-  GradModeScope(const GradModeScope&) = delete;
-  GradModeScope& operator=(const GradModeScope&) = delete;
-
- private:
-  bool previous_;
-};
 
 }  // namespace
 
@@ -88,7 +60,10 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> model, std::vector<Device
     : devices_(std::move(devices)) {
   MINIDL_CHECK(model != nullptr, "DataParallel: got a null model");
   check_device_list(devices_, "DataParallel");
-  check_model_on(*model, devices_[0]);
+  const std::string misplaced = first_tensor_not_on(*model, devices_[0]);
+  MINIDL_CHECK(misplaced.empty(), "DataParallel: the model's ", misplaced, ", but replica 0 is the model itself and "
+               "runs on the first device ", devices_[0], "; move the model there before wrapping it (model->to(",
+               devices_[0], "))");
   check_cuda_devices_exist(devices_, "DataParallel");
   communicator_ = options.communicator ? options.communicator : make_communicator(devices_);
   MINIDL_CHECK(communicator_->devices() == devices_, "DataParallel: the communicator is over ",
@@ -102,7 +77,7 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> model, std::vector<Device
     copy->to(devices_[r]);
     replicas_.push_back(std::move(copy));
   }
-  for (const auto& replica : replicas_) replica_state_.push_back(state_of(*replica));
+  for (const auto& replica : replicas_) replica_state_.push_back(parameters_and_buffers(*replica));
   for (size_t r = 1; r < replicas_.size(); ++r) {
     bool same = replica_state_[r].size() == replica_state_[0].size();
     for (size_t k = 0; same && k < replica_state_[0].size(); ++k)
@@ -115,7 +90,7 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> model, std::vector<Device
 
   std::vector<std::vector<Tensor>> params;
   for (const auto& replica : replicas_) params.push_back(replica->parameters());
-  reducer_ = GradientReducer::create(std::move(params), communicator_, options.bucket_cap_bytes);
+  reducer_ = GradientReducer::create(std::move(params), communicator_, options.bucket_cap_bytes, "DataParallel");
   threads_ = std::make_unique<ReplicaThreads>(replica_count());
 }
 
@@ -158,24 +133,27 @@ Tensor DataParallel::forward(const Tensor& x) {
   std::vector<Tensor> outputs(static_cast<size_t>(used));
   const bool grad_mode = grad_mode_enabled();
   // Note [a replica's random draws]: each replica draws from its own copy of the caller's
-  // default generator, and a per-row draw (dropout) as the rows of the whole batch its shard
-  // holds (Note [random draws of a sliced batch] in core/generator.h): the masks are one
+  // default generator, and its forward runs on its shard of the batch under a BatchRowsGuard
+  // (parallel/batch_shard.h), so a per-row draw (dropout) takes the shard's rows of the whole
+  // batch's numbers (Note [random draws of a batch shard] in core/generator.h): the masks are one
   // device's, whatever the number of replicas and the order in which their threads run, and
   // every replica's generator ends in the same state, which the caller's then takes. A draw that
   // is not per row gives every replica the numbers one device would draw once; its generator
-  // state is replica 0's. If forward throws, the caller's generator is left as it was. Under a
-  // slice of a larger batch (this process's rows of it), the shards are rows of that batch.
+  // state is replica 0's. If forward throws, the caller's generator is left as it was. When the
+  // caller's forward itself runs on a shard of a larger batch (rows of x in a BatchRowsGuard),
+  // the replicas' shards are rows of that larger batch.
   Generator& caller_generator = default_generator();
   std::vector<Generator> generators(static_cast<size_t>(used), caller_generator);
-  BatchSlice batch{.begin = 0, .rows = x.size(0), .total = x.size(0)};
-  if (const BatchSlice* outer = current_batch_slice(); outer != nullptr && outer->rows == x.size(0)) batch = *outer;
-  std::vector<BatchSlice> shard_rows(static_cast<size_t>(used));
+  BatchShard batch = BatchShard::whole(x.size(0));
+  if (const BatchRows* outer = current_batch_rows(); outer != nullptr && outer->rows == x.size(0))
+    batch = BatchShard{*outer};
+  std::vector<BatchShard> replica_shards(static_cast<size_t>(used));
   for (int64_t r = 0, first = batch.begin; r < used; first += sizes[r], ++r)
-    shard_rows[r] = BatchSlice{.begin = first, .rows = sizes[r], .total = batch.total};
+    replica_shards[r] = BatchShard{{.begin = first, .rows = sizes[r], .total = batch.total}};
   threads_->run(used, [&](int r) {
-    GradModeScope mode(grad_mode);
+    GradModeGuard mode(grad_mode);
     DefaultGeneratorGuard generator(generators[r]);
-    BatchSliceGuard slice(shard_rows[r]);
+    BatchRowsGuard rows(replica_shards[r]);
     try {
       outputs[r] = (*replicas_[r])(shards[r]);
     } catch (const Error& e) {

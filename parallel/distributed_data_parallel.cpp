@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "parallel/model_state.h"
 
 namespace minidl::parallel {
 namespace {
@@ -40,13 +41,6 @@ std::vector<std::string> describe_state(const nn::Module& model) {
   for (const auto& [name, p] : model.named_parameters()) add("parameter", name, p);
   for (const auto& [name, b] : model.named_buffers()) add("buffer", name, b);
   return lines;
-}
-
-std::vector<Tensor> state_of(const nn::Module& m) {
-  std::vector<Tensor> state;
-  for (const auto& [name, p] : m.named_parameters()) state.push_back(p);
-  for (const auto& [name, b] : m.named_buffers()) state.push_back(b);
-  return state;
 }
 
 }  // namespace
@@ -103,21 +97,17 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   const Device device = group_->device();
   // A rank whose model is elsewhere must not throw alone (the others would wait in the check's
   // all-gather): whether it is on the group's device is one more line of the checked list.
-  std::string misplaced;
-  for (const auto& [name, t] : model_->named_parameters())
-    if (misplaced.empty() && t.device() != device) misplaced = name + " on " + t.device().str();
-  for (const auto& [name, t] : model_->named_buffers())
-    if (misplaced.empty() && t.device() != device) misplaced = name + " on " + t.device().str();
+  const std::string misplaced = first_tensor_not_on(*model_, device);
   std::vector<std::string> lines = describe_state(*model_);
   lines.push_back(misplaced.empty() ? "on the process group's device" : "not on the process group's device");
   register_module("module", model_);
   check_same_on_every_rank(*group_, "DistributedDataParallel: the model (" + model_->name() + ": parameter and buffer "
                            "names, shapes and dtypes)", lines);
-  MINIDL_CHECK(misplaced.empty(), "DistributedDataParallel: the model (", model_->name(), ") has ", misplaced,
+  MINIDL_CHECK(misplaced.empty(), "DistributedDataParallel: the model's (", model_->name(), ") ", misplaced,
                ", but rank ", group_->rank(), " of the ", group_->backend_name(), " process group passes tensors on ",
                device, "; move the model there first (model->to(", device, "))");
   broadcast_state();
-  reducer_ = GradientReducer::create({model_->parameters()}, group_, options.bucket_cap_bytes);
+  reducer_ = GradientReducer::create({model_->parameters()}, group_, options.bucket_cap_bytes, "DistributedDataParallel");
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -132,7 +122,7 @@ std::shared_ptr<nn::Module> DistributedDataParallel::clone() const {
 }
 
 void DistributedDataParallel::broadcast_state() {
-  const std::vector<Tensor> state = state_of(*model_);
+  const std::vector<Tensor> state = parameters_and_buffers(*model_);
   if (state.empty() || group_->world_size() == 1) return;
   NoGradGuard no_grad;
   std::vector<DeviceTensors> groups;
@@ -140,8 +130,34 @@ void DistributedDataParallel::broadcast_state() {
   group_->broadcast_grouped(std::move(groups), 0)->wait();
 }
 
+BatchShard DistributedDataParallel::shard(int64_t total) const {
+  const int world = group_->world_size();
+  MINIDL_CHECK(total >= world, "DistributedDataParallel: a batch of ", total, " rows cannot be shared by ", world,
+               " processes, each needs at least one row");
+  return BatchShard::part_of(total, group_->rank(), world);
+}
+
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   check_defined(x, "DistributedDataParallel", "x");
+  last_shard_.reset();
+  return run(x, 1.0);
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& batch, const BatchShard& shard) {
+  check_defined(batch, "DistributedDataParallel", "batch");
+  MINIDL_CHECK(batch.dim() >= 1 && batch.size(0) == shard.total, "DistributedDataParallel: the shard is rows [",
+               shard.begin, ", ", shard.begin + shard.rows, ") of a batch of ", shard.total,
+               " rows, but the batch has shape ", batch.shape(), "; pass the global batch every rank built alike");
+  MINIDL_CHECK(shard.rows > 0, "DistributedDataParallel: rank ", group_->rank(), "'s shard of the batch of ",
+               shard.total, " rows is empty");
+  last_shard_ = shard;
+  // Note [a shard's gradient weight] in parallel/gradient_reducer.cpp: rows * world / total.
+  const double weight = static_cast<double>(shard.rows * group_->world_size()) / static_cast<double>(shard.total);
+  BatchRowsGuard rows(shard);  // Note [random draws of a batch shard] in core/generator.h
+  return run(shard.of(batch), weight);
+}
+
+Tensor DistributedDataParallel::run(const Tensor& x, double gradient_weight) {
   const auto buffers = model_->named_buffers();
   if (!buffers.empty() && model_->is_training() && group_->world_size() > 1) {
     NoGradGuard no_grad;
@@ -149,8 +165,25 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
     for (const auto& [name, b] : buffers) groups.push_back({b});
     group_->broadcast_grouped(std::move(groups), 0)->wait();
   }
-  reducer_->prepare_for_forward(1, sync_);
+  reducer_->prepare_for_forward(1, sync_, gradient_weight);
   return (*model_)(x);
+}
+
+double DistributedDataParallel::global_mean(const Tensor& loss) {
+  check_defined(loss, "DistributedDataParallel::global_mean", "loss");
+  MINIDL_CHECK(loss.numel() == 1, "DistributedDataParallel::global_mean: expected a one-element loss, got shape ",
+               loss.shape());
+  const double mine = loss.item();
+  const int world = group_->world_size();
+  if (world == 1) return mine;
+  // This rank's term of the global mean: (rows / total) * its mean, or (1 / world) * its mean.
+  const double term = last_shard_ ? mine * static_cast<double>(last_shard_->rows) / static_cast<double>(last_shard_->total)
+                                  : mine / static_cast<double>(world);
+  // float64 where the device computes in it (the CPU); CUDA collectives carry float32.
+  const Device device = group_->device();
+  Tensor sum = full(Shape{1}, term, TensorOptions(device.is_cuda() ? DType::Float32 : DType::Float64, device));
+  group_->all_reduce_(sum, ReduceOp::Sum);
+  return sum.item();
 }
 
 }  // namespace minidl::parallel

@@ -10,28 +10,41 @@
 //   model->to(group->device());
 //   auto ddp = std::make_shared<parallel::DistributedDataParallel>(model, group);
 //   optim::SGD optimizer(ddp->parameters(), ...);
-//   ... each rank: its shard of the batch (data::DistributedSampler), the mean loss over it ...
-//   optimizer.zero_grad(); Tensor loss = criterion((*ddp)(x), y); loss.backward(); optimizer.step();
 //
-// Averaging is right when every rank's loss is the mean over the same number of rows (equal
-// shards: DistributedSampler pads or drops to make them so). With unequal shards, scale each
-// rank's loss by rows_on_this_rank * world_size / global_rows first.
+// Two ways to give each rank its rows:
+//   - every rank builds the same global batch (the loader's order is a function of (seed,
+//     epoch)) and trains on its shard of it — the samples' way, exact for any split:
+//       parallel::BatchShard shard = ddp->shard(x.size(0));       // rows [n*rank/world, n*(rank+1)/world)
+//       optimizer.zero_grad();
+//       Tensor loss = criterion(ddp->forward(x, shard), shard.of(y));
+//       loss.backward(); optimizer.step();
+//       double shown = ddp->global_mean(loss);                    // the global batch's mean loss
+//   - each rank loads its own batch (data::DistributedSampler, equal shards) and calls
+//     (*ddp)(x): PyTorch's way; the gradients are then the plain average over the ranks, the
+//     global batch's gradient when every rank's batch has the same number of rows.
+// A forward on a shard does two things a plain forward does not: dropout draws the shard's rows
+// of the whole batch's mask (Note [random draws of a batch shard] in core/generator.h), and
+// backward weights this rank's gradient by rows * world / total, so that uneven shards still
+// average to the global batch's gradient (Note [a shard's gradient weight] in
+// parallel/gradient_reducer.cpp).
 //
 // At construction: the parameters and buffers of rank 0 are broadcast to every rank, after a
 // check that every rank holds the same parameter and buffer names, shapes and dtypes in the same
 // order (an all-gather of each rank's list; a difference is an error on every rank that names
 // the first differing entry and the ranks, never a hang). Buffers are broadcast from rank 0 again
 // at each forward in training mode (PyTorch's broadcast_buffers). A parameter that gets no
-// gradient on any rank keeps its .grad, as on one device (Note [buckets across processes] in
-// parallel/gradient_reducer.cpp).
+// gradient on any rank keeps its .grad, as on one device (Note [which parameters got a gradient]
+// in parallel/gradient_reducer.cpp).
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nn/module.h"
+#include "parallel/batch_shard.h"
 #include "parallel/gradient_reducer.h"
 #include "parallel/process_group.h"
 
@@ -48,9 +61,22 @@ class DistributedDataParallel : public nn::Module {
                           DistributedDataParallelOptions options = {});
   ~DistributedDataParallel() override;
 
-  // The model's forward on this rank's x. The backward of its output averages the gradients
-  // over the ranks (unless the forward ran under no_sync()).
+  // The model's forward on this rank's own x. The backward of its output averages the
+  // gradients over the ranks (unless the forward ran under no_sync()).
   Tensor forward(const Tensor& x) override;
+
+  // This rank's shard of a global batch of `total` rows: rows [total*rank/world,
+  // total*(rank+1)/world) (BatchShard::part_of). Throws when total < world.
+  BatchShard shard(int64_t total) const;
+  // The model's forward on `shard` of `batch`, the global batch [shard.total, ...] every rank
+  // built alike; returns this rank's output rows. Dropout draws the shard's rows of the whole
+  // batch's mask, and the backward of the output weights this rank's gradient by its share of
+  // the batch before averaging (the comment at the top of this file).
+  Tensor forward(const Tensor& batch, const BatchShard& shard);
+  // The global batch's mean of `loss`, the mean over this rank's rows of its last forward:
+  // Σ_ranks (rows / total) * loss (or the plain average after forward(x)). Collective: every
+  // rank calls it; it reads the loss on the host.
+  double global_mean(const Tensor& loss);
   std::string name() const override;
   std::shared_ptr<nn::Module> clone() const override;  // throws: wrap a clone of the model instead
 
@@ -81,8 +107,11 @@ class DistributedDataParallel : public nn::Module {
  private:
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<ProcessGroup> group_;
+  Tensor run(const Tensor& x, double gradient_weight);
+
   std::shared_ptr<GradientReducer> reducer_;
   bool sync_ = true;
+  std::optional<BatchShard> last_shard_;  // of the last forward, for global_mean
 };
 
 // Checks that every rank of `group` passed the same `lines` (a model's parameter list, a

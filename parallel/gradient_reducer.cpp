@@ -1,26 +1,50 @@
 // GradientReducer: hooks, bucket launches, the end-of-backward callback.
 //
-// Note [sum over replicas, average over processes]
-// DataParallel computes ONE loss, on the gathered output, so the gradient that reaches each
-// replica's parameters is already its shard's share of the full-batch gradient (Note [why
-// replica gradients are summed] in parallel/data_parallel.cpp): the replicas' gradients are
-// summed, never averaged. A process-group backend would run one DataParallel per process,
-// each with its own loss, the mean over its own batch; across processes the gradients must
-// then be averaged. So the reduced sum is scaled by local_size / world_size — exactly 1 for
-// the in-process communicators — and DataParallel needs no change when such a backend comes.
+// Note [one division, by the number of processes]
+// The gradient a wrapper must leave in .grad is the global batch's: the gradient of the mean
+// loss over all its rows.
+//   DataParallel computes ONE loss, on the gathered output, so the gradient that reaches each
+//   replica is already its shard's share of the full-batch gradient (Note [why replica gradients
+//   are summed] in parallel/data_parallel.cpp): the replicas' gradients are summed.
+//   DistributedDataParallel runs one loss per process, the mean over that process's rows, so
+//   the P processes' gradients are averaged: summed, then divided by P.
+// The reducer does both with one rule: every bucket is all-reduced with ReduceOp::Sum over every
+// participant (replicas and processes), and the sum is divided by processes() = world size /
+// local devices — 1 in one process — when it is written into .grad. This is the only place a
+// gradient is averaged; the process groups' ReduceOp::Average is a collective for programs
+// (a loss to display, a metric), never used here.
 //
-// Note [buckets across processes]
-// Over a process group every process runs its own backward, and MPI and NCCL match collectives
-// by the order in which each process launches them. Within one process the hooks of the
-// replicas are ordered by the one thread running backward; across processes they are not, when
-// a parameter gets no gradient on some ranks (a branch that one rank's data skips): a bucket could
-// complete first on one rank and last on another. So across processes buckets are launched in
-// index order: a complete bucket waits until those before it have launched (the index order is
-// the order backward produces them, gradient_bucket.h, so little overlap is lost). And whether a
-// parameter got a gradient at all must be agreed too — else one rank would step a parameter the
-// others leave alone: each flat buffer carries one flag per parameter after the gradients (1 when
-// this process produced it), summed with them; a parameter whose flag sum is 0 got no gradient on
-// any rank and keeps its .grad, as on one device; the others get the average, zeros included.
+// Note [a shard's gradient weight]
+// The average over processes is the global batch's gradient when every process's loss is the
+// mean over the same number of rows. A batch of n rows split over P processes gives rank r
+// rows_r rows, and the global mean loss is Σ_r (rows_r / n) · loss_r, so rank r's gradient must
+// enter the average with weight w_r = rows_r · P / n (1 when the rows split evenly):
+// Σ_r w_r · g_r / P = Σ_r (rows_r / n) · g_r. DistributedDataParallel sets w_r per step from
+// the shard it trains on (prepare_for_forward), and the hook multiplies the gradient by it as it
+// copies it into the bucket — in the copy it makes anyway, so an even split costs nothing.
+//
+// Note [launch order across processes]
+// MPI and NCCL match collectives by the order in which each process launches them. Within one
+// process the hooks of every replica are ordered by the one thread running backward; across
+// processes they are not when a parameter gets no gradient on some ranks (a branch one rank's
+// data skips): a bucket could complete first on one rank and last on another. So across
+// processes buckets are launched in index order (BucketLaunchOrder::InIndexOrder): a complete
+// bucket waits until those before it have launched. The index order is the order backward
+// produces them (gradient_bucket.h), so little overlap is lost.
+//
+// Note [which parameters got a gradient]
+// On one device, a parameter that backward never reached keeps its .grad (undefined after
+// zero_grad), and the optimizer skips it. Across processes every rank must make the same
+// choice, or one rank would step a parameter the others leave alone. So each flat buffer
+// carries one flag per parameter after the gradients (UsedFlags: 1 when this process produced
+// the gradient), summed with them. A parameter this process used gets the reduced gradient
+// without looking at the flags. Only for a parameter this process did NOT use must the flags be
+// read on the host — its .grad is set or left as it is, a decision the host makes — and that
+// read is a copy to the host, which on a CUDA device waits for the all-reduce (a host sync).
+// So the common step, where every rank uses every parameter, reads nothing and never waits on
+// the host; a step in which this rank skipped a parameter reads the flags of that parameter's
+// buckets (GradientSyncStats::read_used_flags says it happened). The flags are still carried
+// on every step: a rank cannot know in advance whether another will need them.
 #include "parallel/gradient_reducer.h"
 
 #include <algorithm>
@@ -31,43 +55,70 @@
 
 namespace minidl::parallel {
 
+void UsedFlags::write(const GradientBucket& bucket, const Tensor& flat, const std::vector<char>& used) const {
+  if (!carried_) return;
+  std::vector<double> flags(bucket.params.size());
+  for (size_t i = 0; i < bucket.params.size(); ++i) flags[i] = used[bucket.params[i]] ? 1.0 : 0.0;
+  const auto n = static_cast<int64_t>(flags.size());
+  flat.narrow(0, bucket.numel, n).copy_(from_vector(flags, Shape{n}).to(flat.dtype()));
+}
+
+void UsedFlags::read(const GradientBucket& bucket, const Tensor& flat, std::vector<char>& used_anywhere) const {
+  const auto n = static_cast<int64_t>(bucket.params.size());
+  const std::vector<double> sums = flat.narrow(0, bucket.numel, n).to(Device::cpu()).to(DType::Float64).to_vector<double>();
+  for (size_t i = 0; i < sums.size(); ++i) used_anywhere[bucket.params[i]] = sums[i] > 0.5;
+}
+
 std::shared_ptr<GradientReducer> GradientReducer::create(std::vector<std::vector<Tensor>> replica_params,
                                                          std::shared_ptr<Communicator> communicator,
-                                                         size_t bucket_cap_bytes) {
+                                                         size_t bucket_cap_bytes, std::string owner) {
   std::shared_ptr<GradientReducer> reducer(
-      new GradientReducer(std::move(replica_params), std::move(communicator), bucket_cap_bytes));
+      new GradientReducer(std::move(replica_params), std::move(communicator), bucket_cap_bytes, std::move(owner)));
   // Note [one participant]: with a single device in a single process, the all-reduce is the
   // identity and replica 0's gradients are already the result: no hooks, no buffers, no copies,
-  // so DataParallel over one device costs what the plain model costs.
+  // so a wrapper over one device costs what the plain model costs.
   if (reducer->communicator_->world_size() > 1) reducer->register_hooks();
   return reducer;
 }
 
+namespace {
+// Several processes: launch in index order and carry "used" flags (the two Notes above).
+bool across_processes(const Communicator& c) { return c.world_size() > c.local_size(); }
+}  // namespace
+
 GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> replica_params,
-                                 std::shared_ptr<Communicator> communicator, size_t bucket_cap_bytes)
-    : params_(std::move(replica_params)), communicator_(std::move(communicator)) {
-  MINIDL_CHECK(communicator_ != nullptr, "GradientReducer: got a null communicator");
+                                 std::shared_ptr<Communicator> communicator, size_t bucket_cap_bytes,
+                                 std::string owner)
+    : owner_(std::move(owner)),
+      params_(std::move(replica_params)),
+      communicator_(std::move(communicator)),
+      launch_order_(0, BucketLaunchOrder::Rule::AsCompleted),
+      used_flags_(false) {
+  MINIDL_CHECK(communicator_ != nullptr, owner_, ": the gradient reducer got a null communicator");
   const int replicas = communicator_->local_size();
-  MINIDL_CHECK(static_cast<int>(params_.size()) == replicas, "GradientReducer: got parameters of ", params_.size(),
+  MINIDL_CHECK(static_cast<int>(params_.size()) == replicas, owner_, ": got parameters of ", params_.size(),
                " replica(s) for a communicator over ", device_list_str(communicator_->devices()));
   for (int r = 0; r < replicas; ++r) {
-    MINIDL_CHECK(params_[r].size() == params_[0].size(), "GradientReducer: replica ", r, " has ", params_[r].size(),
+    MINIDL_CHECK(params_[r].size() == params_[0].size(), owner_, ": replica ", r, " has ", params_[r].size(),
                  " parameters, replica 0 has ", params_[0].size());
     for (size_t p = 0; p < params_[r].size(); ++p) {
       const Tensor& t = params_[r][p];
       MINIDL_CHECK(t.defined() && t.shape() == params_[0][p].shape() && t.dtype() == params_[0][p].dtype() &&
                        t.device() == communicator_->devices()[r],
-                   "GradientReducer: parameter ", p, " of replica ", r, " does not match replica 0's ",
+                   owner_, ": parameter ", p, " of replica ", r, " does not match replica 0's ",
                    params_[0][p].shape(), " ", params_[0][p].dtype(), " on ", communicator_->devices()[r]);
     }
   }
   const int world = communicator_->world_size();
-  MINIDL_CHECK(world >= replicas && world % replicas == 0, "GradientReducer: world size ", world,
+  MINIDL_CHECK(world >= replicas && world % replicas == 0, owner_, ": world size ", world,
                " is not a multiple of the ", replicas, " local device(s)");
-  gradient_scale_ = static_cast<double>(replicas) / static_cast<double>(world);
-  across_processes_ = world > replicas;
+  processes_ = world / replicas;
 
   buckets_ = assign_buckets(params_[0], bucket_cap_bytes);
+  const bool several = across_processes(*communicator_);
+  launch_order_ = BucketLaunchOrder(buckets_.size(), several ? BucketLaunchOrder::Rule::InIndexOrder
+                                                             : BucketLaunchOrder::Rule::AsCompleted);
+  used_flags_ = UsedFlags(several);
   bucket_of_.assign(params_[0].size(), 0);
   offset_of_.assign(params_[0].size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -77,18 +128,13 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> replica_params
     }
     DeviceTensors flat;
     for (int r = 0; r < replicas && world > 1; ++r)  // Note [one participant]
-      flat.push_back(zeros(Shape{buckets_[b].numel + flag_count(b)},
+      flat.push_back(zeros(Shape{buckets_[b].numel + used_flags_.count(buckets_[b])},
                            TensorOptions(buckets_[b].dtype, communicator_->devices()[r])));
     flat_.push_back(std::move(flat));
   }
   ready_.assign(replicas, std::vector<char>(params_[0].size(), 0));
   pending_.assign(buckets_.size(), 0);
   work_.assign(buckets_.size(), nullptr);
-  complete_.assign(buckets_.size(), 0);
-}
-
-int64_t GradientReducer::flag_count(size_t b) const {
-  return across_processes_ ? static_cast<int64_t>(buckets_[b].params.size()) : 0;
 }
 
 GradientReducer::~GradientReducer() { abandon_backward(); }
@@ -102,9 +148,14 @@ void GradientReducer::register_hooks() {
       });
 }
 
-void GradientReducer::prepare_for_forward(int replicas_used, bool sync) {
+void GradientReducer::prepare_for_forward(int replicas_used, bool sync, double gradient_weight) {
   if (in_backward_) abandon_backward();  // a backward that threw before its end-of-backward callback
+  MINIDL_CHECK(backward_since_forward_ || gradient_weight == gradient_weight_, owner_,
+               ": the forwards whose gradients one backward reduces (under no_sync, or several forwards before one "
+               "backward) trained on shards of different weights (", gradient_weight_, " and ", gradient_weight,
+               "); accumulate over shards that split alike, or reduce after each");
   sync_next_ = sync;
+  gradient_weight_ = gradient_weight;
   expected_replicas_ = backward_since_forward_ ? replicas_used : std::max(expected_replicas_, replicas_used);
   backward_since_forward_ = false;
 }
@@ -123,25 +174,19 @@ void GradientReducer::on_gradient_ready(int replica, size_t param, const Tensor&
       });
     }
     const size_t b = bucket_of_[param];
-    MINIDL_CHECK(work_[b] == nullptr, "DataParallel: the gradient of parameter ", param, " of replica ", replica,
+    MINIDL_CHECK(work_[b] == nullptr, owner_, ": the gradient of parameter ", param, " of replica ", replica,
                  " arrived after its bucket was all-reduced; was this output made by an earlier forward that used "
                  "more replicas? Run backward on each forward's output before the next forward");
     Tensor slot = flat_[b][replica].narrow(0, offset_of_[param], grad.numel());
-    slot.copy_(grad.reshape(Shape{grad.numel()}));
+    const Tensor flat_grad = grad.reshape(Shape{grad.numel()});
+    slot.copy_(gradient_weight_ == 1.0 ? flat_grad : flat_grad * gradient_weight_);  // Note [a shard's gradient weight]
     if (ready_[replica][param]) return;
     ready_[replica][param] = 1;
     if (replica < pass_replicas_ && --pending_[b] == 0) {
-      complete_[b] = 1;
-      // In one process a bucket launches once complete; across processes in index order too
-      // (Note [buckets across processes]).
-      if (!across_processes_) {
-        launch(b);
+      launch_order_.complete(b, [this](size_t launch_now) {
+        launch(launch_now);
         ++sync_.launched_during_backward;
-      }
-      while (across_processes_ && next_launch_ < buckets_.size() && complete_[next_launch_]) {
-        launch(next_launch_++);
-        ++sync_.launched_during_backward;
-      }
+      });
     }
   } catch (...) {
     abandon_backward();  // backward stops here; its queued callback is dropped with it
@@ -161,12 +206,7 @@ void GradientReducer::launch(size_t b) {
       if (!ready_[r][bucket.params[i]])
         flat_[b][r].narrow(0, bucket.offsets[i], params_[r][bucket.params[i]].numel()).zero_();
   }
-  if (across_processes_) {  // the "used" flags (Note [buckets across processes]): one replica per process
-    std::vector<double> used(bucket.params.size());
-    for (size_t i = 0; i < bucket.params.size(); ++i) used[i] = ready_[0][bucket.params[i]] ? 1.0 : 0.0;
-    const auto count = static_cast<int64_t>(used.size());
-    flat_[b][0].narrow(0, bucket.numel, count).copy_(from_vector(used, Shape{count}).to(flat_[b][0].dtype()));
-  }
+  used_flags_.write(bucket, flat_[b][0], ready_[0]);  // one replica per process when carried
   work_[b] = communicator_->all_reduce(flat_[b], ReduceOp::Sum);
 }
 
@@ -195,38 +235,47 @@ void GradientReducer::finish_backward() {
     abandon_backward();
     std::rethrow_exception(error);
   }
+  write_gradients();
+  sync_.buckets = static_cast<int>(buckets_.size());
+  last_sync_ = sync_;
+  reset_pass_state();
+}
 
-  std::vector<char> used_anywhere(params_[0].size(), 0);  // Note [buckets across processes]
-  for (size_t b = 0; across_processes_ && b < buckets_.size(); ++b) {
-    const Tensor flags = flat_[b][0].narrow(0, buckets_[b].numel, flag_count(b)).to(Device::cpu()).to(DType::Float64);
-    const std::vector<double> sums = flags.to_vector<double>();
-    for (size_t i = 0; i < sums.size(); ++i) used_anywhere[buckets_[b].params[i]] = sums[i] > 0.5;
-  }
-  Tensor scale;  // gradient_scale_ as a tensor, made once for the parameters that need it
+void GradientReducer::write_gradients() {
+  // Note [which parameters got a gradient]: used[p] is known locally for what a local replica
+  // used; the flags of a bucket are read (once) only for a parameter no local replica used.
+  std::vector<char> used(params_[0].size(), 0), flags_read(buckets_.size(), 0);
+  for (size_t p = 0; p < params_[0].size(); ++p)
+    for (const auto& ready : ready_) used[p] = used[p] || ready[p];
   for (size_t p = 0; p < params_[0].size(); ++p) {
-    bool any = used_anywhere[p];
-    for (const auto& ready : ready_) any = any || ready[p];
-    if (!any) continue;  // no replica used it: its .grad stays as it is, as on one device
+    const size_t b = bucket_of_[p];
+    if (!used[p] && used_flags_.carried() && !flags_read[b]) {
+      used_flags_.read(buckets_[b], flat_[b][0], used);
+      flags_read[b] = 1;
+      sync_.read_used_flags = true;
+    }
+  }
+  const double scale = 1.0 / static_cast<double>(processes_);  // Note [one division, by the number of processes]
+  Tensor scale_tensor;  // `scale` as a tensor, made once for the parameters that need it
+  for (size_t p = 0; p < params_[0].size(); ++p) {
+    if (!used[p]) continue;  // no replica of any process used it: its .grad stays, as on one device
     Tensor& param = params_[0][p];
     const Tensor reduced = flat_[bucket_of_[p]][0].narrow(0, offset_of_[p], param.numel()).view(param.shape());
     Tensor grad = param.grad();
     if (!grad.defined()) {
-      param.set_grad(gradient_scale_ != 1.0 ? reduced * gradient_scale_ : reduced.clone());
-    } else if (gradient_scale_ == 1.0) {
+      param.set_grad(scale != 1.0 ? reduced * scale : reduced.clone());
+    } else if (scale == 1.0) {
       grad.copy_(reduced);
     } else if (grad.is_contiguous() && grad.dtype() == reduced.dtype() && grad.device() == reduced.device()) {
       // The scaled sum written straight into .grad: one pass over the gradient instead of a
       // product in a new tensor and a copy of it.
-      if (!scale.defined() || scale.dtype() != reduced.dtype() || scale.device() != reduced.device())
-        scale = scalar_tensor(gradient_scale_, reduced.options());
-      backend_for(grad.device()).binary(BinaryOp::Mul, reduced, scale.expand(reduced.shape()), grad);
+      if (!scale_tensor.defined() || scale_tensor.dtype() != reduced.dtype() || scale_tensor.device() != reduced.device())
+        scale_tensor = scalar_tensor(scale, reduced.options());
+      backend_for(grad.device()).binary(BinaryOp::Mul, reduced, scale_tensor.expand(reduced.shape()), grad);
     } else {  // a .grad the user made strided: the kernels write contiguous outputs
-      grad.copy_(reduced * gradient_scale_);
+      grad.copy_(reduced * scale);
     }
   }
-  sync_.buckets = static_cast<int>(buckets_.size());
-  last_sync_ = sync_;
-  reset_pass_state();
 }
 
 void GradientReducer::abandon_backward() noexcept {
@@ -247,8 +296,7 @@ void GradientReducer::reset_pass_state() {
     for (Tensor& p : params_[r]) p.set_grad(Tensor());
   for (auto& ready : ready_) std::fill(ready.begin(), ready.end(), 0);
   std::fill(work_.begin(), work_.end(), nullptr);
-  std::fill(complete_.begin(), complete_.end(), 0);
-  next_launch_ = 0;
+  launch_order_.reset();
   in_backward_ = false;
   backward_since_forward_ = true;
   sync_ = GradientSyncStats{};

@@ -15,9 +15,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   check_backend_computes(x, "dropout", "x");
   if (!training || p == 0) return x;
   Tensor mask = empty(x.shape(), x.options());  // no grad: a constant of the graph
-  // Counters by rows: a process training on a slice of a batch draws its rows of the whole
-  // batch's mask, and advances the generator as for the whole batch even with no rows at all
-  // (Note [random draws of a sliced batch] in core/generator.h).
+  // Counters by rows: a forward on a shard of a batch draws its rows of the whole batch's mask,
+  // and advances the generator as for the whole batch even with no rows at all (Note [random
+  // draws of a batch shard] in core/generator.h).
   // A 0-dim x has no rows: one counter of its own.
   int64_t per_row = 1;
   for (int d = 1; d < x.dim(); ++d) per_row *= x.shape()[d];

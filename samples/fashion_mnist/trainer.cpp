@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -33,7 +32,6 @@
 #include "nn/pool.h"
 #include "nn/loss.h"
 #include "optim/optim.h"
-#include "parallel/data_parallel.h"
 #include "parallel/distributed_data_parallel.h"
 #include "samples/fashion_mnist/checkpoint.h"
 #include "samples/fashion_mnist/metrics.h"
@@ -279,193 +277,181 @@ Datasets load_datasets(const TrainerConfig& config) {
   return d;
 }
 
-TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out) {
-  check_config(config, !config.group || config.group->rank() == 0);
-  MINIDL_CHECK(data.train && data.test, "fashion_mnist: train: the datasets are not loaded");
-  // Note [a slice of every batch]: over several processes every rank builds the same batches
-  // (the loader's order is a function of (seed, epoch)) and trains on rows
-  // [n*rank/world, n*(rank+1)/world) of each; its loss, the mean over its rows, is weighted by
-  // rows*world/n so that the average DistributedDataParallel takes is the global batch's mean
-  // (a weight of 1 when the rows split evenly). The loader position, hence the checkpoint, is
-  // the same on every rank, and so is the generator's state: dropout draws each rank's rows of
-  // the whole batch's mask (Note [random draws of a sliced batch] in core/generator.h).
-  const int world = config.group ? config.group->world_size() : 1;
-  const int rank = config.group ? config.group->rank() : 0;
-  const bool lead = rank == 0;  // evaluates, writes metrics, plots and checkpoints
-  if (world > 1) check_processes(config, *config.group, data.train->size());
-  const Device device = world > 1 ? config.group->device() : resolve_device(config);
+// Note [a shard of every batch]: over several processes every rank builds the same batches
+// (the loader's order is a function of (seed, epoch)) and trains on its shard of each
+// (samples/common/parallel_model.h, parallel/batch_shard.h), so the loader position, hence the
+// checkpoint, is the same on every rank, and so is the generator's state (Note [random draws of
+// a batch shard] in core/generator.h).
+Trainer::Trainer(const TrainerConfig& config, const Datasets& data, std::ostream& out)
+    : config_(config), data_(data), out_(out) {
+  check_config(config_, !config_.group || config_.group->rank() == 0);
+  MINIDL_CHECK(data_.train && data_.test, "fashion_mnist: train: the datasets are not loaded");
+  const int world = config_.group ? config_.group->world_size() : 1;
+  if (world > 1) check_processes(config_, *config_.group, data_.train->size());
+  device_ = world > 1 ? config_.group->device() : resolve_device(config_);
 
-  manual_seed(config.seed);
-  auto model = make_model(config);
-  model->to(device);
-  std::shared_ptr<parallel::DistributedDataParallel> ddp;
-  if (world > 1) ddp = std::make_shared<parallel::DistributedDataParallel>(model, config.group);
-  // Several devices: the loop trains through the wrapper; optimizer, checkpoints and
-  // evaluation use the model itself (the wrapper's replica 0).
-  std::shared_ptr<parallel::DataParallel> dp;
-  if (config.devices.size() > 1) dp = std::make_shared<parallel::DataParallel>(model, parallel_devices(config));
-  nn::Module& trained = dp    ? static_cast<nn::Module&>(*dp)
-                        : ddp ? static_cast<nn::Module&>(*ddp)
-                              : static_cast<nn::Module&>(*model);
-  const optim::NamedParameters names = model->named_parameters();
-  auto optimizer = make_optimizer(config, model->parameters());
-  auto scheduler = make_scheduler(config, *optimizer);
-  data::DataLoader loader(data.train, data::DataLoaderOptions{.batch_size = config.batch_size,
-                                                               .shuffle = true,
-                                                               .num_workers = config.workers,
-                                                               .seed = config.seed,
-                                                               .pin_memory = device.is_cuda()});
-  nn::CrossEntropyLoss criterion;
+  manual_seed(config_.seed);
+  model_ = make_model(config_);
+  model_->to(device_);
+  parallel_ = std::make_unique<samples::ParallelModel>(model_, parallel_devices(config_),
+                                                       world > 1 ? config_.group : nullptr);
+  names_ = model_->named_parameters();
+  optimizer_ = make_optimizer(config_, model_->parameters());
+  scheduler_ = make_scheduler(config_, *optimizer_);
+  loader_ = std::make_unique<data::DataLoader>(data_.train, data::DataLoaderOptions{.batch_size = config_.batch_size,
+                                                                                   .shuffle = true,
+                                                                                   .num_workers = config_.workers,
+                                                                                   .seed = config_.seed,
+                                                                                   .pin_memory = device_.is_cuda()});
+  result_.model = model_;
+}
 
-  TrainingResult result;
-  result.model = model;
-  double loss_sum = 0;  // sum of loss x batch size over this epoch's batches so far
-  int64_t samples = 0;  // examples in those batches
+Trainer::~Trainer() = default;
 
-  if (!config.resume.empty()) {
-    Checkpoint ck = load_checkpoint(config.resume);
-    check_resumable(ck, config);
-    MINIDL_CHECK(ck.scheduler.has_value() == (scheduler != nullptr), "fashion_mnist: checkpoint ", config.resume,
-                 " has scheduler '", ck.scheduler ? ck.scheduler->scheduler : "none", "', this run --schedule ",
-                 config.schedule);
-    // Each load checks before it changes anything; the model's comes first, and a failure
-    // after it leaves only this function's fresh objects touched.
-    model->load_state_dict(ck.model);
-    optimizer->load_state_dict(ck.optimizer, names);
-    if (scheduler) scheduler->load_state(*ck.scheduler);
-    loader.load_state(ck.loader);
-    default_generator().set_state(ck.generator);
-    result.history = ck.history;
-    loss_sum = ck.epoch_loss_sum;
-    samples = ck.epoch_samples;
-    if (config.progress != ProgressStyle::Quiet) {
-      out << "resumed from " << config.resume << " at epoch " << ck.loader.epoch + 1 << ", batch " << ck.loader.batch
-          << " of " << loader.size() << "\n";
-      if (ck.loader.epoch >= config.epochs) out << "nothing to train: the checkpoint finished all " << config.epochs << " epochs\n";
-    }
+void Trainer::resume() {
+  Checkpoint ck = load_checkpoint(config_.resume);
+  check_resumable(ck, config_);
+  MINIDL_CHECK(ck.scheduler.has_value() == (scheduler_ != nullptr), "fashion_mnist: checkpoint ", config_.resume,
+               " has scheduler '", ck.scheduler ? ck.scheduler->scheduler : "none", "', this run --schedule ",
+               config_.schedule);
+  // Each load checks before it changes anything; the model's comes first, and a failure
+  // after it leaves only this trainer's fresh objects touched.
+  model_->load_state_dict(ck.model);
+  optimizer_->load_state_dict(ck.optimizer, names_);
+  if (scheduler_) scheduler_->load_state(*ck.scheduler);
+  loader_->load_state(ck.loader);
+  default_generator().set_state(ck.generator);
+  result_.history = ck.history;
+  loss_sum_ = ck.epoch_loss_sum;
+  samples_ = ck.epoch_samples;
+  if (config_.progress != ProgressStyle::Quiet) {
+    out_ << "resumed from " << config_.resume << " at epoch " << ck.loader.epoch + 1 << ", batch " << ck.loader.batch
+         << " of " << loader_->size() << "\n";
+    if (ck.loader.epoch >= config_.epochs) out_ << "nothing to train: the checkpoint finished all " << config_.epochs << " epochs\n";
   }
+}
 
-  std::string last_save;  // "epoch E, batch B": where this process last saved the checkpoint
-  auto make_checkpoint = [&] {
-    Checkpoint ck;
-    ck.hyperparameters = hyperparameters_of(config);
-    ck.model = model->state_dict();
-    ck.optimizer = optimizer->state_dict(names);
-    if (scheduler) ck.scheduler = scheduler->state();
-    ck.generator = default_generator().state();
-    ck.loader = loader.state();
-    ck.epoch_loss_sum = loss_sum;
-    ck.epoch_samples = samples;
-    ck.history = result.history;
-    return ck;
-  };
-  // Every rank records where the last save was (for the divergence message); rank 0 writes it.
-  auto save = [&](int64_t epoch, int64_t batch) {
-    if (lead) save_checkpoint(make_checkpoint(), config.checkpoint);
-    last_save = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch);
-  };
-  // Note [a diverged run stops]: the first NaN or infinite loss (training or test) ends the run
-  // with an error naming where, before anything else is saved, so the checkpoint keeps its last
-  // save, taken while every number was finite; save_checkpoint also refuses non-finite weights.
-  // Going on would only overwrite it with NaN weights that no resume can use.
-  auto diverged = [&](const std::string& which, double value, const std::string& where) {
-    std::ostringstream os;
-    const char* shown = std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf";
-    os << "fashion_mnist: the " << which << " is " << shown << " " << where << " (lr " << optimizer->param_groups()[0].lr
-       << "): the run diverged and stops here. ";
-    if (config.checkpoint.empty()) os << "No checkpoint was asked for";
-    else if (last_save.empty()) os << config.checkpoint << " was not written by this run";
-    else os << config.checkpoint << " keeps the state saved at " << last_save << ", before the divergence";
-    os << "; a smaller --lr may train.";
-    return Error(os.str());
-  };
+double Trainer::step(const data::Batch& batch) {
+  const Tensor x = batch.x.to(device_), y = batch.y.to(device_);       // the global batch [n, 784], [n]
+  const parallel::BatchShard shard = parallel_->shard(y.size(0));     // this process's rows of it
+  optimizer_->zero_grad();
+  const Tensor loss = criterion_(parallel_->forward(x, shard), shard.of(y));
+  loss.backward();  // over replicas or processes: the global batch's gradient when it returns
+  optimizer_->step();
+  return parallel_->global_mean(loss);
+}
 
+Checkpoint Trainer::checkpoint() const {
+  Checkpoint ck;
+  ck.hyperparameters = hyperparameters_of(config_);
+  ck.model = model_->state_dict();
+  ck.optimizer = optimizer_->state_dict(names_);
+  if (scheduler_) ck.scheduler = scheduler_->state();
+  ck.generator = default_generator().state();
+  ck.loader = loader_->state();
+  ck.epoch_loss_sum = loss_sum_;
+  ck.epoch_samples = samples_;
+  ck.history = result_.history;
+  return ck;
+}
+
+void Trainer::save(int64_t epoch, int64_t batch) {
+  // Every rank records where the last save was (for the divergence message); the lead writes it.
+  if (parallel_->lead()) save_checkpoint(checkpoint(), config_.checkpoint);
+  last_save_ = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch);
+}
+
+// Note [a diverged run stops]: the first NaN or infinite loss (training or test) ends the run
+// with an error naming where, before anything else is saved, so the checkpoint keeps its last
+// save, taken while every number was finite; save_checkpoint also refuses non-finite weights.
+// Going on would only overwrite it with NaN weights that no resume can use.
+Error Trainer::diverged(const std::string& which, double value, const std::string& where) const {
+  std::ostringstream os;
+  const char* shown = std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf";
+  os << "fashion_mnist: the " << which << " is " << shown << " " << where << " (lr " << optimizer_->param_groups()[0].lr
+     << "): the run diverged and stops here. ";
+  if (config_.checkpoint.empty()) os << "No checkpoint was asked for";
+  else if (last_save_.empty()) os << config_.checkpoint << " was not written by this run";
+  else os << config_.checkpoint << " keeps the state saved at " << last_save_ << ", before the divergence";
+  os << "; a smaller --lr may train.";
+  return Error(os.str());
+}
+
+void Trainer::end_epoch(int64_t epoch, double lr, double seconds, int64_t samples_here, EpochProgress& progress) {
+  if (scheduler_) scheduler_->step();
+  const bool lead = parallel_->lead();
+  const Evaluation eval = lead ? evaluate(*model_, *data_.test, device_) : Evaluation{};
+  if (lead && !std::isfinite(eval.loss)) throw diverged("test loss", eval.loss, "after epoch " + std::to_string(epoch + 1));
+  EpochMetrics m;
+  m.epoch = epoch + 1;
+  m.train_loss = loss_sum_ / static_cast<double>(samples_);
+  m.test_loss = eval.loss;
+  m.test_acc = eval.accuracy;
+  m.samples_per_s = seconds > 0 ? static_cast<double>(samples_here) / seconds : 0.0;
+  m.lr = lr;
+  result_.history.push_back(m);
+  loss_sum_ = 0;
+  samples_ = 0;
+  progress.finish(epoch_line(m, config_.epochs, seconds));
+  if (lead && !config_.metrics.empty()) write_metrics_csv(config_.metrics, result_.history);
+  if (!config_.checkpoint.empty()) save(epoch, loader_->size());
+}
+
+TrainingResult Trainer::run() {
   int64_t batches_run = 0;  // in this process, for stop_after_batches
   bool stopped = false;
-  for (int64_t epoch = loader.state().epoch; epoch < config.epochs && !stopped; ++epoch) {
-    const int64_t first_batch = loader.state().batch;
-    const double lr = optimizer->param_groups()[0].lr;
-    EpochProgress progress(out, config.progress, epoch + 1, config.epochs, first_batch, loader.size());
+  for (int64_t epoch = loader_->state().epoch; epoch < config_.epochs && !stopped; ++epoch) {
+    const double lr = optimizer_->param_groups()[0].lr;
+    EpochProgress progress(out_, config_.progress, epoch + 1, config_.epochs, loader_->state().batch, loader_->size());
     int64_t samples_here = 0;  // trained in this process this epoch
     const auto start = std::chrono::steady_clock::now();
 
-    for (auto it = loader.begin(); it != loader.end(); ++it) {
-      Tensor x = it->x.to(device), y = it->y.to(device);
-      const int64_t n = y.shape()[0];
-      const int64_t begin = n * rank / world, rows = n * (rank + 1) / world - begin;  // Note [a slice of every batch]
-      if (world > 1) {
-        x = x.narrow(0, begin, rows);
-        y = y.narrow(0, begin, rows);
-      }
-      optimizer->zero_grad();
-      const double weight = static_cast<double>(rows * world) / static_cast<double>(n);
-      std::optional<BatchSliceGuard> slice;  // dropout draws this rank's rows of the batch's mask
-      if (world > 1) slice.emplace(BatchSlice{.begin = begin, .rows = rows, .total = n});
-      const Tensor loss = criterion(trained(x), y);
-      slice.reset();
-      (weight == 1.0 ? loss : loss * weight).backward();
-      optimizer->step();
-      double batch_loss = loss.item();
-      if (world > 1) {  // the global batch's mean loss: Σ_ranks rows/n * (mean over the rank's rows)
-        // float64 where the device computes in it (the CPU); CUDA collectives carry float32.
-        Tensor share = full(Shape{1}, batch_loss * static_cast<double>(rows) / static_cast<double>(n),
-                            TensorOptions(device.is_cuda() ? DType::Float32 : DType::Float64, device));
-        config.group->all_reduce_(share, parallel::ReduceOp::Sum);
-        batch_loss = share.item();
-      }
-      const data::DataLoaderState pos = loader.state();
+    for (auto it = loader_->begin(); it != loader_->end(); ++it) {
+      const double batch_loss = step(*it);
+      const int64_t n = it->y.shape()[0];
+      const data::DataLoaderState pos = loader_->state();
       const bool last = pos.batch == 0;  // the position rolled over to the next epoch
-      const int64_t done = last ? loader.size() : pos.batch;
+      const int64_t done = last ? loader_->size() : pos.batch;
       if (!std::isfinite(batch_loss)) {  // Note [a diverged run stops]
         throw diverged("training loss", batch_loss,
                        "at epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(done) + " of " +
-                           std::to_string(loader.size()));
+                           std::to_string(loader_->size()));
       }
-      loss_sum += batch_loss * static_cast<double>(n);
-      samples += n;
+      loss_sum_ += batch_loss * static_cast<double>(n);
+      samples_ += n;
       samples_here += n;
       ++batches_run;
-      progress.update(done, loss_sum / static_cast<double>(samples), samples_here);
-      stopped = config.stop_after_batches > 0 && batches_run >= config.stop_after_batches;
+      progress.update(done, loss_sum_ / static_cast<double>(samples_), samples_here);
+      stopped = config_.stop_after_batches > 0 && batches_run >= config_.stop_after_batches;
       if (last) break;  // the epoch's end is handled below (evaluation, then the checkpoint)
-      const bool due = config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
-      if (!config.checkpoint.empty() && (due || stopped)) save(epoch, done);
+      const bool due = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
+      if (!config_.checkpoint.empty() && (due || stopped)) save(epoch, done);
       if (stopped) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (stopped && loader.state().batch != 0) {
+    if (stopped && loader_->state().batch != 0) {
       progress.finish("stopped in epoch " + std::to_string(epoch + 1) + " after " + std::to_string(batches_run) +
-                      " batches" + (config.checkpoint.empty() ? "" : "; checkpoint " + config.checkpoint));
+                      " batches" + (config_.checkpoint.empty() ? "" : "; checkpoint " + config_.checkpoint));
       break;
     }
-
-    if (scheduler) scheduler->step();
-    const Evaluation eval = lead ? evaluate(*model, *data.test, device) : Evaluation{};
-    if (lead && !std::isfinite(eval.loss)) throw diverged("test loss", eval.loss, "after epoch " + std::to_string(epoch + 1));
-    EpochMetrics m;
-    m.epoch = epoch + 1;
-    m.train_loss = loss_sum / static_cast<double>(samples);
-    m.test_loss = eval.loss;
-    m.test_acc = eval.accuracy;
-    m.samples_per_s = seconds > 0 ? static_cast<double>(samples_here) / seconds : 0.0;
-    m.lr = lr;
-    result.history.push_back(m);
-    loss_sum = 0;
-    samples = 0;
-    progress.finish(epoch_line(m, config.epochs, seconds));
-    if (lead && !config.metrics.empty()) write_metrics_csv(config.metrics, result.history);
-    if (!config.checkpoint.empty()) save(epoch, loader.size());
+    end_epoch(epoch, lr, seconds, samples_here, progress);
   }
-  result.finished = loader.state().epoch >= config.epochs;
+  result_.finished = loader_->state().epoch >= config_.epochs;
 
-  if (lead && !config.plot.empty()) {
-    const std::string why = plot_metrics(config.plot, result.history);
-    if (config.progress != ProgressStyle::Quiet) {
-      if (why.empty()) out << "plot: " << config.plot << "\n";
-      else out << "plot: " << why << "\n";
+  if (parallel_->lead() && !config_.plot.empty()) {
+    const std::string why = plot_metrics(config_.plot, result_.history);
+    if (config_.progress != ProgressStyle::Quiet) {
+      if (why.empty()) out_ << "plot: " << config_.plot << "\n";
+      else out_ << "plot: " << why << "\n";
     }
   }
-  return result;
+  return result_;
+}
+
+TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out) {
+  Trainer trainer(config, data, out);
+  if (!config.resume.empty()) trainer.resume();
+  return trainer.run();
 }
 
 }  // namespace minidl::fashion_mnist

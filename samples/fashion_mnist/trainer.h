@@ -12,9 +12,19 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "data/dataset.h"
+#include "nn/loss.h"
 #include "nn/sequential.h"
+#include "optim/optimizer.h"
+#include "samples/common/parallel_model.h"
 
+namespace minidl::data {
+class DataLoader;
+}
+namespace minidl::optim {
+class LRScheduler;
+}
 namespace minidl::parallel {
 class ProcessGroup;
 }
@@ -104,5 +114,54 @@ Datasets load_datasets(const TrainerConfig& config);
 // Checks the config (clear errors for bad values, for several devices, for a checkpoint of
 // another architecture or other hyperparameters), then trains, writing progress to `out`.
 TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out);
+
+struct Checkpoint;
+class EpochProgress;
+
+// What train() runs, in the order it runs:
+//   Trainer trainer(config, data, out);   // checks, the model on its device, wrapped for replicas
+//                                         // or processes (samples::ParallelModel), optimizer,
+//                                         // schedule, loader
+//   trainer.resume();                     // with --resume: every piece of state back
+//   trainer.run();                        // epochs of step(batch), each closed by end_epoch()
+class Trainer {
+ public:
+  Trainer(const TrainerConfig& config, const Datasets& data, std::ostream& out);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Continues the run saved in config.resume (Note [what a bit-identical resume needs]).
+  void resume();
+  // The epoch loop from the loader's position: step() per batch, the divergence check, the
+  // checkpoints within an epoch, end_epoch(); then the plot.
+  TrainingResult run();
+  // One training step on a global batch; returns the global batch's mean loss.
+  double step(const data::Batch& batch);
+  // The schedule's step, the evaluation (the lead process), the epoch's metrics, the checkpoint.
+  void end_epoch(int64_t epoch, double lr, double seconds, int64_t samples_here, EpochProgress& progress);
+  // Writes the checkpoint (the lead process) and records where, for the divergence message.
+  void save(int64_t epoch, int64_t batch);
+
+ private:
+  Checkpoint checkpoint() const;
+  Error diverged(const std::string& which, double value, const std::string& where) const;
+
+  const TrainerConfig& config_;
+  const Datasets& data_;
+  std::ostream& out_;
+  Device device_ = Device::cpu();
+  std::shared_ptr<nn::Sequential> model_;
+  std::unique_ptr<samples::ParallelModel> parallel_;  // the model, or DataParallel / DDP over it
+  optim::NamedParameters names_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRScheduler> scheduler_;
+  std::unique_ptr<data::DataLoader> loader_;
+  nn::CrossEntropyLoss criterion_;
+  TrainingResult result_;
+  double loss_sum_ = 0;      // sum of loss x batch size over this epoch's batches so far
+  int64_t samples_ = 0;      // examples in those batches
+  std::string last_save_;    // "epoch E, batch B": where this process last saved the checkpoint
+};
 
 }  // namespace minidl::fashion_mnist

@@ -71,20 +71,20 @@ TEST_CASE("dropout rejects a probability outside [0, 1]", "[core][dropout][error
                     Catch::Contains("[2, 3]"));
 }
 
-// Note [random draws of a sliced batch] (core/generator.h): under a BatchSliceGuard each slice
+// Note [random draws of a batch shard] (core/generator.h): under a BatchRowsGuard each shard
 // of a batch gets exactly its rows of the whole batch's mask, and the generator advances as for
-// the whole batch, whatever the slice.
-TEST_CASE("dropout under a batch slice draws that slice's rows of the whole batch's mask", "[core][dropout]") {
+// the whole batch, whatever the shard.
+TEST_CASE("dropout under batch rows draws those rows's rows of the whole batch's mask", "[core][dropout]") {
   const int64_t total = 13, cols = 37;  // uneven: slices of 6 and 7 rows
   Generator whole_gen(5);
   const auto whole = ops::dropout(ones({total, cols}), 0.5, true, &whole_gen).to_vector<float>();
-  for (const BatchSlice slice : {BatchSlice{0, 6, total}, BatchSlice{6, 7, total}, BatchSlice{4, 1, total},
-                                 BatchSlice{13, 0, total}}) {
+  for (const BatchRows slice : {BatchRows{0, 6, total}, BatchRows{6, 7, total}, BatchRows{4, 1, total},
+                                 BatchRows{13, 0, total}}) {
     INFO("rows [" << slice.begin << ", " << slice.begin + slice.rows << ") of " << total);
     Generator g(5);
     std::vector<float> part;
     {
-      BatchSliceGuard guard(slice);
+      BatchRowsGuard guard(slice);
       part = ops::dropout(ones({slice.rows, cols}), 0.5, true, &g).to_vector<float>();
     }
     const std::vector<float> expected(whole.begin() + slice.begin * cols,
@@ -92,28 +92,28 @@ TEST_CASE("dropout under a batch slice draws that slice's rows of the whole batc
     CHECK(part == expected);
     CHECK(g.state() == whole_gen.state());  // every slice advances it alike, an empty one too
   }
-  // Without the guard, or with a tensor whose first dimension is not the slice's rows, the draw
+  // Without the guard, or with a tensor whose first dimension is not the shard's rows, the draw
   // is the tensor's own.
   Generator plain(5), other(5);
   const auto first_rows = ops::dropout(ones({6, cols}), 0.5, true, &plain).to_vector<float>();
   CHECK(first_rows == std::vector<float>(whole.begin(), whole.begin() + 6 * cols));
   CHECK(plain.state().offset == 6 * cols);
   {
-    BatchSliceGuard guard(BatchSlice{6, 7, total});
+    BatchRowsGuard guard(BatchRows{6, 7, total});
     (void)ops::dropout(ones({5, cols}), 0.5, true, &other);
   }
   CHECK(other.state().offset == 5 * cols);
-  CHECK(current_batch_slice() == nullptr);  // the guard restored "no slice"
+  CHECK(current_batch_rows() == nullptr);  // the guard restored "no rows"
 }
 
-TEST_CASE("a batch slice outside its batch is an error naming the rows", "[core][dropout][errors]") {
-  CHECK_THAT(error_message([] { BatchSliceGuard guard(BatchSlice{10, 4, 13}); }),
+TEST_CASE("batch rows outside their batch are an error naming them", "[core][dropout][errors]") {
+  CHECK_THAT(error_message([] { BatchRowsGuard guard(BatchRows{10, 4, 13}); }),
              Catch::Contains("[10, 14)") && Catch::Contains("13 rows"));
-  CHECK_THAT(error_message([] { BatchSliceGuard guard(BatchSlice{-1, 2, 13}); }), Catch::Contains("[-1, 1)"));
-  BatchSliceGuard outer(BatchSlice{0, 2, 4});
+  CHECK_THAT(error_message([] { BatchRowsGuard guard(BatchRows{-1, 2, 13}); }), Catch::Contains("[-1, 1)"));
+  BatchRowsGuard outer(BatchRows{0, 2, 4});
   {
-    BatchSliceGuard inner(BatchSlice{2, 2, 4});
-    CHECK(current_batch_slice()->begin == 2);
+    BatchRowsGuard inner(BatchRows{2, 2, 4});
+    CHECK(current_batch_rows()->begin == 2);
   }
-  CHECK(current_batch_slice()->begin == 0);  // nested guards restore the outer slice
+  CHECK(current_batch_rows()->begin == 0);  // nested guards restore the outer rows
 }

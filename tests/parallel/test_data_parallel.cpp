@@ -244,7 +244,7 @@ TEST_CASE("dropout under DataParallel draws one device's masks, over 1 to 4 repl
   manual_seed(21);
   DataParallel dp(std::make_shared<nn::Dropout>(0.5), cpu_replicas(3));
   {
-    BatchSliceGuard process_rows(BatchSlice{.begin = 5, .rows = 13, .total = 20});
+    BatchRowsGuard process_rows(BatchRows{.begin = 5, .rows = 13, .total = 20});
     CHECK(dp(x).to_vector<float>() == std::vector<float>(big.begin() + 5 * 37, big.begin() + 18 * 37));
   }
 }
@@ -304,8 +304,8 @@ TEST_CASE("replica threads run under the caller's grad mode, and a replica's err
 
 TEST_CASE("with a process-group communicator the summed gradients are averaged over processes",
           "[parallel][dp]") {
-  // Note [sum over replicas, average over processes]: two processes with the same batch must
-  // give the one-device gradient, not twice it.
+  // Note [one division, by the number of processes] in parallel/gradient_reducer.cpp: two
+  // processes with the same batch must give the one-device gradient, not twice it.
   const Batches data = make_batches();
   std::shared_ptr<nn::Module> model = fresh_classifier(23), reference = model->clone();
   DataParallel dp(model, cpu_replicas(2),

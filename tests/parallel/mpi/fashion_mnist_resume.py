@@ -7,7 +7,7 @@ run: every column of the metrics CSV but samples_per_s (a timing) is compared as
 With --cnn it trains the CNN on 601 examples, so each epoch's last batch of 25 rows splits 12
 and 13 between the ranks: its dropout draws different numbers of random values on each, and
 the resumed ranks, all restored from rank 0's generator state, continue the run only if dropout
-draws each rank's rows of the whole batch's mask (Note [random draws of a sliced batch] in
+draws each rank's rows of the whole batch's mask (Note [random draws of a batch shard] in
 core/generator.h).
 
 Usage: fashion_mnist_resume.py --work-dir DIR [--cnn] -- MPIEXEC_PREFIX... FASHION_MNIST

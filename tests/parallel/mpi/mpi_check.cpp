@@ -5,7 +5,8 @@
 // job (parallel::abort_job), so a failure is never a hang. Scenarios:
 //   collectives — all-reduce (sum, average), broadcast from every root, all-gather, barrier, for
 //                 float32, float64 and int64, at odd sizes; ranks and local ranks;
-//   ddp         — DistributedDataParallel trains like one process on the global batch;
+//   ddp         — DistributedDataParallel trains like one process on the global batch, with each
+//                 rank's own batches and with each rank's shard of a global batch split unevenly;
 //   no-sync     — k micro-batches under no_sync equal one step on their union;
 //   unused      — a parameter used on one rank only, and one used nowhere;
 //   mismatch    — the last rank builds another model: a clear error on every rank (exit 1);
@@ -23,6 +24,7 @@
 #include "data/distributed_sampler.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "parallel/batch_shard.h"
 #include "parallel/distributed_data_parallel.h"
 #include "parallel/process_group.h"
 
@@ -240,6 +242,8 @@ void ddp(parallel::ProcessGroup& group) {
              ref_loss.item(), " by ", dl, " (tolerance ", kTolerance, ")");
       expect(world == 1 || ddp->last_gradient_sync().launched_during_backward >= 1, "step ", steps,
              ": no bucket was launched from a hook during backward");
+      // Every rank used every parameter: the "used" flags are not read on the host (no host sync).
+      expect(!ddp->last_gradient_sync().read_used_flags, "step ", steps, ": the used flags were read on the host");
       ++steps;
     }
   }
@@ -249,6 +253,58 @@ void ddp(parallel::ProcessGroup& group) {
          kTolerance, ")");
   expect_same_on_every_rank(group, *model, "after training");
   if (rank == 0) std::printf("ddp over %d processes: %d steps, max |param - one process| = %.3g\n", world, steps, dp);
+}
+
+// The samples' way (parallel/batch_shard.h): every rank builds the same global batch of 13 rows,
+// which splits unevenly over 2 and 3 ranks, and trains on its shard of it; the reducer weights
+// each rank's gradient by rows * world / 13, and global_mean gives the global batch's mean loss.
+void ddp_shards(parallel::ProcessGroup& group) {
+  const int world = group.world_size(), rank = group.rank();
+  const int64_t n = 13, steps = 8;
+  auto dataset = make_data(n * steps);
+  const optim::SGDOptions sgd{.lr = 0.1, .momentum = 0.9};
+  manual_seed(4);
+  auto reference = std::make_shared<Net>();
+  manual_seed(4);
+  auto model = std::make_shared<Net>();
+  auto ddp = std::make_shared<parallel::DistributedDataParallel>(model, std::shared_ptr<parallel::ProcessGroup>(&group, [](auto*) {}),
+                                                                 parallel::DistributedDataParallelOptions{.bucket_cap_bytes = 512});
+  optim::SGD opt(ddp->parameters(), sgd), ref_opt(reference->parameters(), sgd);
+  nn::CrossEntropyLoss criterion;
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<int64_t> idx;
+    for (int64_t i = 0; i < n; ++i) idx.push_back(step * n + i);
+    const data::Batch batch = dataset->get_batch(idx);
+    const parallel::BatchShard shard = ddp->shard(n);
+    const parallel::BatchShard want = parallel::BatchShard::part_of(n, rank, world);
+    expect(shard.begin == want.begin && shard.rows == want.rows && shard.total == n, "rank ", rank, "'s shard is rows [",
+           shard.begin, ", ", shard.begin + shard.rows, ") of ", shard.total);
+    opt.zero_grad();
+    const Tensor loss = criterion(ddp->forward(batch.x, shard), shard.of(batch.y));
+    loss.backward();
+    opt.step();
+    const double global_loss = ddp->global_mean(loss);
+    ref_opt.zero_grad();
+    const Tensor ref_loss = criterion((*reference)(batch.x), batch.y);
+    ref_loss.backward();
+    ref_opt.step();
+    // Note [tolerance of DDP against one process].
+    const double dl = std::abs(global_loss - ref_loss.item());
+    expect(dl <= kTolerance, "shards, step ", step, ": global_mean ", global_loss, " differs from one process's loss ",
+           ref_loss.item(), " by ", dl);
+  }
+  const double dp = max_diff(model->parameters(), reference->parameters());
+  expect(dp <= kTolerance, "shards: after ", steps, " steps on uneven shards the parameters differ from one process's by ",
+         dp, " (an unweighted average would be off by ~1e-2)");
+  expect_same_on_every_rank(group, *model, "after training on shards");
+  bool threw = false;
+  try {
+    (void)ddp->shard(world - 1);
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("cannot be shared by") != std::string::npos;
+  }
+  expect(threw, "a batch with fewer rows than processes should be an error naming both");
+  if (rank == 0) std::printf("ddp on shards over %d processes: max |param - one process| = %.3g\n", world, dp);
 }
 
 // k micro-batches, the first k-1 under no_sync: the gradient after the k-th backward equals
@@ -333,6 +389,7 @@ void unused(parallel::ProcessGroup& group) {
   nn::CrossEntropyLoss criterion;
   criterion((*ddp)(batch.x), batch.y).backward();
   expect(!model->fc_never->weight.grad().defined(), "a parameter no rank used should keep an undefined gradient");
+  expect(ddp->last_gradient_sync().read_used_flags, "a rank that skipped a parameter must read the used flags");
   expect(model->fc_extra->weight.grad().defined(), "a parameter rank 0 used should get a gradient on rank ", rank);
   // Its gradient is rank 0's divided by the world size (the others contribute zeros).
   reference->use_extra = true;
@@ -381,7 +438,10 @@ int main(int argc, char** argv) {
     std::shared_ptr<parallel::ProcessGroup> group = parallel::make_mpi_process_group();
     g_rank = group->rank();
     if (scenario == "collectives") collectives(*group);
-    else if (scenario == "ddp") ddp(*group);
+    else if (scenario == "ddp") {
+      ddp(*group);
+      ddp_shards(*group);
+    }
     else if (scenario == "no-sync") no_sync(*group);
     else if (scenario == "unused") unused(*group);
     else if (scenario == "mismatch") mismatch(*group);
