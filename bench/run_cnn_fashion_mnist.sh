@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_cnn_fashion_mnist.sh: minidl's Fashion-MNIST CNN (fashion_mnist --model cnn) against the
-# same training in PyTorch (bench/torch_cnn_fashion_mnist.py: same CNN, hyperparameters, batch
+# same training in PyTorch (bench/torch_fashion_mnist.py --model cnn: same CNN, hyperparameters, batch
 # size and data; PyTorch's convolutions run in oneDNN), on the CPU,
 # in one run, with the same thread count. JSON lines on stdout, one per epoch and impl, then a
 # summary line; tables and notes on stderr:
@@ -79,7 +79,7 @@ for row in csv.DictReader(open(sys.argv[1])):
 EOF
   echo "round $r/$rounds: PyTorch ($loader loader)" >&2
   ${TORCH_OPENBLAS_THREADS:+env OPENBLAS_NUM_THREADS=$TORCH_OPENBLAS_THREADS} \
-    "$py" bench/torch_cnn_fashion_mnist.py --epochs "$epochs" --limit "$limit" --loader "$loader" --threads "$threads" |
+    "$py" bench/torch_fashion_mnist.py --model cnn --epochs "$epochs" --limit "$limit" --loader "$loader" --threads "$threads" |
     "$py" -c 'import json, sys
 for line in sys.stdin:
     d = json.loads(line); d["round"] = int(sys.argv[1]); d["train_s"] = round(60000 / d["samples_per_s"], 4); print(json.dumps(d, separators=(",", ":")))' "$r"

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """bench/torch_fashion_mnist.py: the Fashion-MNIST trainer of samples/fashion_mnist in PyTorch,
-with the same defaults: MLP 784-256-128-10 (ReLU), cross-entropy, SGD momentum 0.9 with
-weight decay, a cosine schedule stepped once per epoch, batch 64, shuffled, pixels / 255
-normalised with mean 0.2860 and stddev 0.3530. It reads the same IDX files itself (gzip + torch)
-and prints one line per epoch on stderr and one JSON line per epoch on stdout:
+with the same defaults and the same two models (--model): the MLP 784-256-128-10 (ReLU, --hidden),
+or the CNN conv(1->32, 3x3, pad 1)-BN-ReLU-maxpool 2, conv(32->64, 3x3, pad 1)-BN-ReLU-maxpool 2,
+flatten, dropout 0.25, Linear(3136->128)-ReLU, Linear(128->10); PyTorch's default
+initialisation, cross-entropy, SGD momentum 0.9 with weight decay, a cosine schedule stepped once
+per epoch, batch 64, shuffled, pixels / 255 normalised with mean 0.2860 and stddev 0.3530. It
+reads the same IDX files itself (gzip + torch) and prints one line per epoch on stderr and one
+JSON line per epoch on stdout ("cnn_fashion_mnist_epoch" for the CNN):
   {"bench":"fashion_mnist_epoch","impl":"pytorch","epoch":1,"train_s":X,"samples_per_s":Y,...}
+Evaluation runs in eval mode (running batch-norm statistics, no dropout), as in minidl.
 Only the training pass is timed (batches, forward, loss, backward, step), as minidl's trainer
 times it; the test evaluation after it is not.
 --loader: "dataloader" is torch.utils.data.DataLoader over a TensorDataset (what the tutorials
@@ -64,13 +68,23 @@ def load_split(data_dir, prefix, limit):
     return x, labels.to(torch.int64)
 
 
-def make_model(hidden):
+def make_mlp(hidden):
     layers, width = [], 784
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
         width = h
     layers.append(nn.Linear(width, 10))
     return nn.Sequential(*layers)
+
+
+def make_cnn():
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Dropout(0.25),
+        nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
+        nn.Linear(128, 10))
 
 
 def batches(x, y, batch_size, loader, generator, pin=False):
@@ -119,7 +133,8 @@ def main():
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--schedule", choices=["cosine", "step", "none"], default="cosine")
-    parser.add_argument("--hidden", default="256,128")
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    parser.add_argument("--hidden", default="256,128", help="the MLP's hidden layers")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--limit", type=int, default=0, help="first N training examples (0 = all)")
@@ -143,7 +158,7 @@ def main():
 
     x_train, y_train = load_split(args.data_dir, "train", args.limit)
     x_test, y_test = load_split(args.data_dir, "t10k", 0)
-    model = make_model([int(h) for h in args.hidden.split(",") if h]).to(device)
+    model = (make_cnn() if args.model == "cnn" else make_mlp([int(h) for h in args.hidden.split(",") if h])).to(device)
     criterion = nn.CrossEntropyLoss()
     if args.optimizer == "sgd":
         optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
@@ -181,7 +196,8 @@ def main():
         print(f"epoch {epoch:2d}  train loss {loss_sum / seen:.4f}  test loss {test_loss:.4f}  "
               f"test acc {100 * test_acc:.2f}%  {train_s:.3f} s  ({seen / train_s:,.0f} samples/s)  lr {lr:.5g}",
               file=sys.stderr)
-        print(json.dumps({"bench": "fashion_mnist_epoch", "impl": "pytorch", "version": torch.__version__,
+        bench = "cnn_fashion_mnist_epoch" if args.model == "cnn" else "fashion_mnist_epoch"
+        print(json.dumps({"bench": bench, "impl": "pytorch", "version": torch.__version__,
                           "device": args.device, "loader": args.loader, "threads": torch.get_num_threads(), "epoch": epoch,
                           "batch_size": args.batch_size, "train_s": round(train_s, 4),
                           "samples_per_s": round(seen / train_s, 1), "train_loss": round(loss_sum / seen, 6),
