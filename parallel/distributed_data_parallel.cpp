@@ -154,10 +154,10 @@ Tensor DistributedDataParallel::forward(const Tensor& batch, const BatchShard& s
   // Note [a shard's gradient weight] in parallel/gradient_reducer.cpp: rows * world / total.
   const double weight = static_cast<double>(shard.rows * group_->world_size()) / static_cast<double>(shard.total);
   BatchRowsGuard rows(shard);  // Note [random draws of a batch shard] in core/generator.h
-  return run(shard.of(batch), weight);
+  return run(shard.of(batch), weight, shard.total);
 }
 
-Tensor DistributedDataParallel::run(const Tensor& x, double gradient_weight) {
+Tensor DistributedDataParallel::run(const Tensor& x, double gradient_weight, int64_t batch_rows) {
   const auto buffers = model_->named_buffers();
   if (!buffers.empty() && model_->is_training() && group_->world_size() > 1) {
     NoGradGuard no_grad;
@@ -165,7 +165,7 @@ Tensor DistributedDataParallel::run(const Tensor& x, double gradient_weight) {
     for (const auto& [name, b] : buffers) groups.push_back({b});
     group_->broadcast_grouped(std::move(groups), 0)->wait();
   }
-  reducer_->prepare_for_forward(1, sync_, gradient_weight);
+  reducer_->prepare_for_forward(1, sync_, gradient_weight, batch_rows);
   return (*model_)(x);
 }
 

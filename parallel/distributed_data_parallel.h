@@ -107,7 +107,7 @@ class DistributedDataParallel : public nn::Module {
  private:
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<ProcessGroup> group_;
-  Tensor run(const Tensor& x, double gradient_weight);
+  Tensor run(const Tensor& x, double gradient_weight, int64_t batch_rows = 0);
 
   std::shared_ptr<GradientReducer> reducer_;
   bool sync_ = true;

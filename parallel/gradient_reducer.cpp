@@ -148,14 +148,18 @@ void GradientReducer::register_hooks() {
       });
 }
 
-void GradientReducer::prepare_for_forward(int replicas_used, bool sync, double gradient_weight) {
+void GradientReducer::prepare_for_forward(int replicas_used, bool sync, double gradient_weight, int64_t batch_rows) {
   if (in_backward_) abandon_backward();  // a backward that threw before its end-of-backward callback
-  MINIDL_CHECK(backward_since_forward_ || gradient_weight == gradient_weight_, owner_,
+  if (!grad_mode_enabled()) return;      // an evaluation forward: no backward will reduce it
+  // Keyed on batch_rows, the same on every process, so that every process throws or none does.
+  MINIDL_CHECK(backward_since_forward_ || (batch_rows == batch_rows_ && gradient_weight == gradient_weight_), owner_,
                ": the forwards whose gradients one backward reduces (under no_sync, or several forwards before one "
-               "backward) trained on shards of different weights (", gradient_weight_, " and ", gradient_weight,
-               "); accumulate over shards that split alike, or reduce after each");
+               "backward) trained on shards that split differently (batches of ", batch_rows_, " and ", batch_rows,
+               " rows, gradient weights ", gradient_weight_, " and ", gradient_weight,
+               "); accumulate over batches of one size, or reduce after each");
   sync_next_ = sync;
   gradient_weight_ = gradient_weight;
+  batch_rows_ = batch_rows;
   expected_replicas_ = backward_since_forward_ ? replicas_used : std::max(expected_replicas_, replicas_used);
   backward_since_forward_ = false;
 }

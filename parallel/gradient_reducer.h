@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,8 +101,11 @@ class GradientReducer : public std::enable_shared_from_this<GradientReducer> {
   // process trained on a shard of uneven size). sync = false (DistributedDataParallel::no_sync):
   // the next backward reduces nothing, and the gradients accumulate in .grad as without the
   // reducer, to be reduced by a later backward; every forward whose gradients one backward
-  // reduces must then have the same weight. Also clears what a failed backward left.
-  void prepare_for_forward(int replicas_used, bool sync = true, double gradient_weight = 1.0);
+  // reduces must then come from batches of the same `batch_rows` (0: not sharded) and have the
+  // same weight. The check keys on the batch size, which every process shares, so all of them
+  // throw together or none does. A forward without grad mode (evaluation) changes nothing but
+  // clearing what a failed backward left, which every call does.
+  void prepare_for_forward(int replicas_used, bool sync = true, double gradient_weight = 1.0, int64_t batch_rows = 0);
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   const GradientSyncStats& last_sync() const { return last_sync_; }
@@ -132,6 +136,7 @@ class GradientReducer : public std::enable_shared_from_this<GradientReducer> {
   UsedFlags used_flags_;
   bool sync_next_ = true;
   double gradient_weight_ = 1.0;  // this step's, set by prepare_for_forward
+  int64_t batch_rows_ = 0;        // the rows of the batch it is a shard of (0: not sharded)
 
   // State of the backward pass in progress (touched only by the thread running backward).
   bool in_backward_ = false;

@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "core/autograd.h"
 #include "core/ops.h"
 #include "parallel/batch_shard.h"
 #include "parallel/cpu_communicator.h"
@@ -27,7 +28,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 }  // namespace
 
-TEST_CASE("a batch split over processes gives each its rows, the smaller parts first", "[parallel][shard]") {
+TEST_CASE("a batch split over processes gives each its rows, sizes differing by at most one", "[parallel][shard]") {
   // 13 rows over 3: [0, 4), [4, 8), [8, 13); over 2: [0, 6), [6, 13).
   const std::vector<std::pair<int64_t, int64_t>> three = {{0, 4}, {4, 4}, {8, 5}};
   for (int r = 0; r < 3; ++r) {
@@ -75,8 +76,16 @@ TEST_CASE("the reducer's per-step gradient weight multiplies this process's grad
     for (size_t i = 0; i < 3; ++i)
       CHECK(got[i] == static_cast<float>(weight * (a.to_vector<float>()[i] + b.to_vector<float>()[i])));
   }
-  // Forwards whose gradients one backward reduces must share the weight: a clear error naming the caller.
-  reducer->prepare_for_forward(2, false, 1.0);
-  CHECK_THAT(error_of([&] { reducer->prepare_for_forward(2, false, 0.5); }),
-             Catch::Contains("TestWrapper") && Catch::Contains("different weights"));
+  // Forwards whose gradients one backward reduces must share the batch size and the weight: a
+  // clear error naming the caller. An evaluation forward (no grad mode) in between changes nothing.
+  reducer->prepare_for_forward(2, false, 1.0, 12);
+  {
+    NoGradGuard evaluation;
+    CHECK_NOTHROW(reducer->prepare_for_forward(2, true, 0.5, 1000));
+  }
+  CHECK_NOTHROW(reducer->prepare_for_forward(2, false, 1.0, 12));
+  CHECK_THAT(error_of([&] { reducer->prepare_for_forward(2, false, 1.0, 13); }),
+             Catch::Contains("TestWrapper") && Catch::Contains("split differently") && Catch::Contains("12 and 13"));
+  CHECK_THAT(error_of([&] { reducer->prepare_for_forward(2, false, 0.5, 12); }),
+             Catch::Contains("TestWrapper") && Catch::Contains("split differently"));
 }
