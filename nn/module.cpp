@@ -110,6 +110,12 @@ void move_in_place(const Tensor& t, Device device) {
 
 Module& Module::to(Device device) {
   backend_for(device);  // throws for a device without a backend before anything has moved
+  // set_data_ refuses a non-leaf (a buffer registered as an op's result with its graph): say so
+  // before anything has moved, not halfway through.
+  for (const auto& [n, t] : named_state())
+    MINIDL_CHECK(t.is_leaf() || t.device() == device, "Module ", name(), ": to(", device, "): '", n,
+                 "' is the result of an op (", t.grad_fn()->name(), ") with its graph, which cannot move in place; "
+                 "register it detached (register_buffer(name, t.detach()))");
   NoGradGuard no_grad;
   for (auto& [n, p] : named_parameters()) {
     move_in_place(p, device);
