@@ -170,9 +170,11 @@ int cuda_backend_device_count() {
 Backend* cuda_backend(int device_index) {
   const int count = cuda_backend_device_count();
   if (device_index < 0 || device_index >= count) return nullptr;
-  // One slot per device, created on first use; never destroyed (see ~CudaBackend).
-  static std::deque<std::once_flag> once(static_cast<size_t>(count));
-  static std::deque<std::atomic<cuda::CudaBackend*>> slots(static_cast<size_t>(count));
+  // One slot per device, created on first use; never destroyed (see ~CudaBackend). The registries
+  // themselves are never destroyed either: a destructor that runs at exit (a communicator's, with
+  // its CurrentDeviceGuard) may still look a backend up after static destruction began.
+  static auto& once = *new std::deque<std::once_flag>(static_cast<size_t>(count));
+  static auto& slots = *new std::deque<std::atomic<cuda::CudaBackend*>>(static_cast<size_t>(count));
   std::call_once(once[static_cast<size_t>(device_index)],
                  [&] { slots[static_cast<size_t>(device_index)].store(new cuda::CudaBackend(device_index)); });
   return slots[static_cast<size_t>(device_index)].load();
