@@ -28,6 +28,9 @@
 //   Large  128×128×8,  256 threads = 8 warps (2×4) of 64×32, 8×8 outputs per thread, 2 blocks/SM
 //   Medium  64×64×16,  128 threads = 4 warps (2×2) of 32×32, 4×8 outputs per thread, 4 blocks/SM
 //   Small   32×32×16,   64 threads = 2 warps (1×2) of 32×16, 4×4 outputs per thread, 8 blocks/SM
+//   and a candidate the heuristic never picks, measured by bench_kernels' plan sweep:
+//   Large  128×128×16, the large tile with half the barriers per K; 161–167 registers a thread,
+//          so its launch bounds promise 1 block/SM (on an H200 it ran no faster at 4096³).
 // Blocks/SM is what the launch bounds guarantee (<= 128 registers a thread: 65536 / (threads ·
 // 128)), 16 warps a multiprocessor in each. Per k a thread does 64, 32 or 16 FMAs for 4, 3 or 2
 // shared float4 reads, and a block does BM·BN/(BM+BN) = 64, 32 or 16 FMAs per float it loads:

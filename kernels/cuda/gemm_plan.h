@@ -20,7 +20,8 @@ constexpr GemmTile kGemmTiles[] = {GemmTile::Large128x128, GemmTile::Medium64x64
 // What the plan needs to know of a tile configuration: the block tile [bm, bn] of C, its K
 // step bk (a K slice is a multiple of it), its threads, and the blocks the kernel's launch
 // bounds guarantee resident on one multiprocessor (min_blocks: 65536 registers / (threads ·
-// 128 registers) — every configuration holds 16 warps per multiprocessor when full).
+// 128 registers) — the three tiles the heuristic picks hold 16 warps per multiprocessor when
+// full; the K16 candidate promises one block of 8, as it needs more registers).
 struct GemmTileShape {
   int bm, bn, bk;
   int threads;

@@ -8,7 +8,8 @@
 // (a small multiprocessor count given to the kernel, and plans given outright), which is what
 // compute-sanitizer runs ([small]; the shapes of the other tests are [large] for it).
 //
-// Tolerance (Note [GEMM tolerance]): the CPU, the native kernel and cuBLAS add the K products of
+// Note [GEMM tolerance]
+// The CPU, the native kernel and cuBLAS add the K products of
 // each output in different orders (and tile sizes), so their float32 results differ by rounding.
 // The rounding error of a float32 dot product is bounded by a multiple of eps·Σ_p |a_p·b_p|, so
 // each element is compared against scale[i, j] = (|op(A)|·|op(B)|)[i, j] + |bias[j]|:
@@ -556,15 +557,16 @@ TEST_CASE("the native cuda GEMM refuses a plan that does not fit its problem bef
   backend_for(kGpu).synchronize();
   // A plan for another C, one whose slices end before K (3 of 80 for K = 200), and a split one
   // without workspace.
-  CHECK_THROWS_AS(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kSmall, 1, 37, 46, 333), sms, nullptr,
-                                               nullptr),
-                  Error);
-  CHECK_THROWS_AS(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kSmall, 3, 37, 45, 200), sms, nullptr,
-                                               nullptr),
-                  Error);
-  CHECK_THROWS_AS(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kMedium, 3, 37, 45, 333), sms, nullptr,
-                                               nullptr),
-                  Error);
+  // Each refusal is checked by its own message, so that one check cannot pass for another's reason.
+  CHECK_THROWS_WITH(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kSmall, 1, 37, 46, 333), sms, nullptr,
+                                                 nullptr),
+                    Catch::Contains("is for another C"));
+  CHECK_THROWS_WITH(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kSmall, 3, 37, 45, 200), sms, nullptr,
+                                                 nullptr),
+                    Catch::Contains("must cover K = 333"));
+  CHECK_THROWS_WITH(cuda::native_sgemm_with_plan(p, cuda::native_gemm_plan_with(kMedium, 3, 37, 45, 333), sms, nullptr,
+                                                 nullptr),
+                    Catch::Contains("needs a workspace"));
   REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
   // Nothing ran: C is still all NaN.
   const std::vector<float> v = c.to(Device::cpu()).to_vector<float>();
