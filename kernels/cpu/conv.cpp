@@ -113,7 +113,7 @@ void set_b(GemmArgs<T>& a, const T* p, int64_t cols, bool trans) {
 
 // Samples per GEMM: as many as keep the col buffer under kColBudget elements (16 MiB in float32),
 // at least one. The Fashion-MNIST CNN's training batch of 64 fits in one chunk; an evaluation
-// batch of 1000 takes about 16, instead of a 225 MiB buffer. The chunking depends only on the
+// batch of 1000 takes 14, instead of a 215 MiB buffer. The chunking depends only on the
 // geometry, never on the thread count, so results stay the same on any number of threads.
 constexpr int64_t kColBudget = int64_t{1} << 22;
 

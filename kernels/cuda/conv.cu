@@ -12,7 +12,7 @@
 // Note [conv chunks on the GPU]: the batch is cut into chunks of samples whose col buffer stays
 // under kColBudget floats (32 MiB), the buffers (col, Y' / dY') are allocated once for the
 // largest chunk, and forward, dW and dx loop over the chunks. The Fashion-MNIST CNN's training
-// batch of 64 is one chunk; an evaluation batch of 1000 takes 7 instead of a 225 MiB
+// batch of 64 is one chunk; an evaluation batch of 1000 takes 7 instead of a 215 MiB
 // buffer. y and dx are per sample, so chunking them changes no sum. dW and db sum over every
 // sample: each chunk's product (or row sum) is computed apart, and from the second chunk on
 // added into the result (accumulate_kernel), in chunk order — so the summation order differs
@@ -122,7 +122,8 @@ __global__ void nchw_to_rows_kernel(const float* __restrict__ dy, float* __restr
 
 // ---- helpers of the launchers ----
 
-// Note [conv chunks on the GPU]: the col buffer of one chunk holds at most this many floats.
+// Note [conv chunks on the GPU]: the col buffer of one chunk holds at most this many floats,
+// unless one sample alone needs more (a chunk has at least one sample).
 constexpr int64_t kColBudget = int64_t{1} << 23;  // 32 MiB
 
 // col [C_in·KH·KW, n·S] from the n samples of x that start at `x` (s.n = n).

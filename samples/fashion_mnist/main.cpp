@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
                 << ", batch " << c.batch_size << ", schedule " << c.schedule << "\n";
       if (world > 1)
         std::cout << world << " processes (" << c.group->backend_name() << "), each " << c.group->device()
-                  << ", a slice of every batch\n";
+                  << ", a shard of every batch\n";
     }
     const TrainingResult result = train(c, data, std::cout);
     if (!result.history.empty() && c.progress != ProgressStyle::Quiet) {

@@ -70,9 +70,10 @@ struct TrainerConfig {
   int64_t stop_after_batches = 0;
   ProgressStyle progress = ProgressStyle::Lines;
   // Several processes (started by mpirun/srun; parallel::DistributedDataParallel): this run's
-  // process group. Every process loads the same batches and trains on its slice of each, so the
-  // global batch is --batch-size as in one process; rank 0 alone evaluates and writes metrics,
-  // plots and checkpoints; every rank resumes from the checkpoint. Null: one process.
+  // process group. Every process loads the same batches and trains on its shard of each (Note
+  // [a shard of every batch] in trainer.cpp), so the global batch is --batch-size as in one
+  // process; rank 0 alone evaluates and writes metrics, plots and checkpoints; every rank resumes
+  // from the checkpoint. Null: one process.
   std::shared_ptr<parallel::ProcessGroup> group;
 };
 
@@ -147,7 +148,7 @@ class Trainer {
   Checkpoint checkpoint() const;
   Error diverged(const std::string& which, double value, const std::string& where) const;
 
-  const TrainerConfig& config_;
+  const TrainerConfig& config_;  // the caller's, which must outlive the Trainer (train() keeps them)
   const Datasets& data_;
   std::ostream& out_;
   Device device_ = Device::cpu();

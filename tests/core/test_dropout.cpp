@@ -74,8 +74,8 @@ TEST_CASE("dropout rejects a probability outside [0, 1]", "[core][dropout][error
 // Note [random draws of a batch shard] (core/generator.h): under a BatchRowsGuard each shard
 // of a batch gets exactly its rows of the whole batch's mask, and the generator advances as for
 // the whole batch, whatever the shard.
-TEST_CASE("dropout under batch rows draws those rows's rows of the whole batch's mask", "[core][dropout]") {
-  const int64_t total = 13, cols = 37;  // uneven: slices of 6 and 7 rows
+TEST_CASE("dropout under batch rows draws those rows of the whole batch's mask", "[core][dropout]") {
+  const int64_t total = 13, cols = 37;  // uneven: shards of 6 and 7 rows
   Generator whole_gen(5);
   const auto whole = ops::dropout(ones({total, cols}), 0.5, true, &whole_gen).to_vector<float>();
   for (const BatchRows slice : {BatchRows{0, 6, total}, BatchRows{6, 7, total}, BatchRows{4, 1, total},

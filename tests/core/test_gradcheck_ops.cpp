@@ -137,7 +137,7 @@ TEST_CASE("fused and separate cross-entropy gradients agree bit for bit in float
   la.backward();
   lb.backward();
   CHECK(la.item<double>() == lb.item<double>());
-  // Same exp(x - lse) * scale per element in both paths (identical CPU code order), so equal,
+  // Same exp(x - m) · (1/s) · scale per element in both paths (identical CPU code order), so equal,
   // not merely close.
   CHECK(a.grad().to_vector<double>() == b.grad().to_vector<double>());
 }
