@@ -94,12 +94,12 @@ struct TileConfig {
   static constexpr int SUB_M = WM / WMITER, SUB_N = WN / WNITER;  // one pass of a warp's 32 lanes
   static constexpr int LANES_M = SUB_M / 4, LANES_N = SUB_N / 4;  // lane grid, 4×4 outputs each
   static constexpr int TM = 4 * WMITER, TN = 4 * WNITER;          // outputs per thread
-  static constexpr int MIN_BLOCKS = kShape.min_blocks;            // resident blocks: caps registers at 128
+  static constexpr int MIN_BLOCKS = kShape.min_blocks;            // resident blocks the launch bounds promise
   static constexpr int LDS_A = BM + kSmemPad, LDS_B = BN + kSmemPad;
 
   static_assert(THREADS == kShape.threads, "the warp layout must have the threads gemm_plan.h states");
-  static_assert(MIN_BLOCKS * THREADS * 128 == 65536 || (TILE == GemmTile::Large128x128K16 && MIN_BLOCKS == 1),
-                "min_blocks is the residency of 128 registers a thread (the K16 candidate: of up to 255)");
+  static_assert(65536 / (MIN_BLOCKS * THREADS) >= 128,
+                "min_blocks must leave each thread at least 128 of the multiprocessor's 65536 registers");
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the block tile");
   static_assert(WM % WMITER == 0 && WN % WNITER == 0, "sub-tiles must cover the warp tile");
   static_assert(LANES_M * LANES_N == kWarpSize, "a sub-tile is 32 lanes of 4x4 outputs");

@@ -194,11 +194,11 @@ def gemm_lines(records):
     for r in records:
         shape = f"{r['n']}x{r['k']}x{r['m']}"
         if r.get("kernel") == "gemm_plan":  # one plan of bench_kernels' sweep: tile x splits
-            tile = str(r.get("tile", "?")).rsplit("x", 1)[0]  # 128x128x8 -> 128x128
+            tile = r.get("tile", "?")  # BMxBNxBK: two tiles differ only in their K step
             mark = "*" if r.get("heuristic") else ""
             bad = "" if r.get("matches_cublas", True) else " MISMATCH"
-            plans.setdefault((r.get("step", "?"), r.get("variant", "?"), shape, "TFLOP/s, * the heuristic's"), []).append(
-                f"{tile}x{r.get('splits', '?')}{mark} {number(r.get('native_tflops'))} ({number(r.get('ratio'))}){bad}")
+            plans.setdefault((r.get("step", "?"), r.get("variant", "?"), shape, "tile/K slices: TFLOP/s (ratio), * the heuristic's"), []).append(
+                f"{tile}/{r.get('splits', '?')}{mark} {number(r.get('native_tflops'))} ({number(r.get('ratio'))}){bad}")
         else:
             shapes.setdefault((r.get("step", "?"), shape, r.get("what", "")), []).append(
                 f"{r['variant']} {r['native_tflops']:.3g}/{r['cublas_tflops']:.3g} {r['ratio']:.2f}")
