@@ -255,6 +255,7 @@ Backend& cpu_backend();
 // returns nullptr and the device count is 0).
 Backend* cuda_backend(int device_index);
 int cuda_backend_device_count();
+std::string cuda_backend_device_name(int device_index);  // index < cuda_backend_device_count()
 // Page-locked host memory for CPU tensors headed to a GPU (async copies); nullptr without CUDA.
 Allocator* cuda_pinned_host_allocator();
 

@@ -36,6 +36,15 @@ std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str
 
 int cuda_device_count() { return cuda_backend_device_count(); }
 bool cuda_is_available() { return cuda_device_count() > 0; }
+std::string cuda_device_name(int index) {
+  return index >= 0 && index < cuda_device_count() ? cuda_backend_device_name(index) : std::string();
+}
+std::string cuda_devices_summary() {
+  const int n = cuda_device_count();
+  std::string s = "(" + std::to_string(n) + " CUDA device(s)";
+  if (n > 0) s += ": " + cuda_device_name(0);
+  return s + ")";
+}
 Device default_device() { return cuda_is_available() ? Device::cuda(0) : Device::cpu(); }
 
 Backend& backend_for(Device device) {

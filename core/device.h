@@ -35,6 +35,11 @@ std::ostream& operator<<(std::ostream& os, const Device& d);
 // False/0 on a build without CUDA and on a machine without a usable GPU.
 bool cuda_is_available();
 int cuda_device_count();
+// The device's name as its driver reports it ("NVIDIA H200", or the simulated device's name on a
+// build against cudasim/, which says that it runs on the CPU); "" if there is no such device.
+std::string cuda_device_name(int index);
+// "(N CUDA device(s): <name of cuda:0>)", or "(0 CUDA device(s))": the line the samples print first.
+std::string cuda_devices_summary();
 
 // CUDA device 0 when one is available, the CPU otherwise (what the seed tutorial picks).
 Device default_device();

@@ -7,6 +7,7 @@ namespace minidl {
 
 Backend* cuda_backend(int) { return nullptr; }
 int cuda_backend_device_count() { return 0; }
+std::string cuda_backend_device_name(int) { return {}; }
 Allocator* cuda_pinned_host_allocator() { return nullptr; }
 
 }  // namespace minidl

@@ -144,20 +144,17 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   const Layout l = layout_of(x);
   MINIDL_CHECK(l.c <= 2147483647, "batch_norm_forward: ", l.c, " channels exceed the CUDA grid");
   if (training) {
-    batch_norm_stats_kernel<<<static_cast<unsigned>(l.c), kThreads, 0, stream()>>>(
-        x.data<float>(), l, momentum, eps, save_mean.data<float>(), save_invstd.data<float>(),
-        data_or_null(running_mean), data_or_null(running_var));
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(batch_norm_stats_kernel, static_cast<unsigned>(l.c), kThreads, 0, stream(), x.data<float>(), l,
+                  momentum, eps, save_mean.data<float>(), save_invstd.data<float>(), data_or_null(running_mean),
+                  data_or_null(running_var));
   } else {
-    batch_norm_eval_stats_kernel<<<grid_for(l.c, kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-        running_mean.data<float>(), running_var.data<float>(), l.c, eps, save_mean.data<float>(),
-        save_invstd.data<float>());
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(batch_norm_eval_stats_kernel, grid_for(l.c, kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                  running_mean.data<float>(), running_var.data<float>(), l.c, eps, save_mean.data<float>(),
+                  save_invstd.data<float>());
   }
-  batch_norm_apply_kernel<<<grid_for(x.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      x.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), data_or_null(weight), data_or_null(bias),
-      y.data<float>(), l);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(batch_norm_apply_kernel, grid_for(x.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                x.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), data_or_null(weight),
+                data_or_null(bias), y.data<float>(), l);
 }
 
 void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
@@ -168,23 +165,21 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   const Layout l = layout_of(x);
   MINIDL_CHECK(l.c <= 2147483647, "batch_norm_backward: ", l.c, " channels exceed the CUDA grid");
   Tensor sums = empty(Shape{2 * l.c}, dy.options());  // [Σ dy | Σ dy·x̂]
-  batch_norm_backward_sums_kernel<<<static_cast<unsigned>(l.c), kThreads, 0, stream()>>>(
-      dy.data<float>(), x.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), l, sums.data<float>());
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(batch_norm_backward_sums_kernel, static_cast<unsigned>(l.c), kThreads, 0, stream(), dy.data<float>(),
+                x.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), l, sums.data<float>());
   const unsigned channel_grid = grid_for(l.c, kThreads, multiprocessor_count());
   if (dbias.defined()) {
-    copy_channels_kernel<<<channel_grid, kThreads, 0, stream()>>>(sums.data<float>(), dbias.data<float>(), l.c);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(copy_channels_kernel, channel_grid, kThreads, 0, stream(), sums.data<float>(), dbias.data<float>(),
+                  l.c);
   }
   if (dweight.defined()) {
-    copy_channels_kernel<<<channel_grid, kThreads, 0, stream()>>>(sums.data<float>() + l.c, dweight.data<float>(), l.c);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(copy_channels_kernel, channel_grid, kThreads, 0, stream(), sums.data<float>() + l.c,
+                  dweight.data<float>(), l.c);
   }
   if (dx.defined()) {
-    batch_norm_backward_dx_kernel<<<grid_for(x.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-        dy.data<float>(), x.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), data_or_null(weight),
-        sums.data<float>(), training, l, dx.data<float>());
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(batch_norm_backward_dx_kernel, grid_for(x.numel(), kThreads, multiprocessor_count()), kThreads, 0,
+                  stream(), dy.data<float>(), x.data<float>(), save_mean.data<float>(), save_invstd.data<float>(),
+                  data_or_null(weight), sums.data<float>(), training, l, dx.data<float>());
   }
 }
 

@@ -128,18 +128,16 @@ constexpr int64_t kColBudget = int64_t{1} << 23;  // 32 MiB
 
 // col [C_in·KH·KW, n·S] from the n samples of x that start at `x` (s.n = n).
 void im2col(CudaBackend& be, const float* x, Tensor& col, const ConvShape& s) {
-  im2col_kernel<<<grid_for(col.numel(), kThreads, be.multiprocessor_count()), kThreads, 0, be.stream()>>>(
-      x, col.data<float>(), s);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(im2col_kernel, grid_for(col.numel(), kThreads, be.multiprocessor_count()), kThreads, 0, be.stream(), x,
+                col.data<float>(), s);
 }
 
 // dst += src, both contiguous with the same numel.
 void accumulate(CudaBackend& be, Tensor& dst, const Tensor& src) {
   MINIDL_INTERNAL_ASSERT(dst.numel() == src.numel(), "accumulate: ", dst.shape(), " += ", src.shape());
   if (dst.numel() == 0) return;
-  accumulate_kernel<<<grid_for(dst.numel(), kThreads, be.multiprocessor_count()), kThreads, 0, be.stream()>>>(
-      dst.data<float>(), src.data<float>(), dst.numel());
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(accumulate_kernel, grid_for(dst.numel(), kThreads, be.multiprocessor_count()), kThreads, 0, be.stream(),
+                dst.data<float>(), src.data<float>(), dst.numel());
 }
 
 // Rows [first, first + count) of a 2-D tensor, as a contiguous view.
@@ -189,9 +187,8 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
       matmul(rows_of(w2, grp * M, M), rows_of(col, grp * K, K), out, false, false);  // Y'_g = W_g · col_g
     }
     float* py = y.data<float>() + n0 * g.c_out * S;  // y [count, C_out, S] of this chunk
-    rows_to_nchw_kernel<<<grid_for(count * g.c_out * S, kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-        yt.data<float>(), bias.defined() ? bias.data<float>() : nullptr, py, count, g.c_out, S);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(rows_to_nchw_kernel, grid_for(count * g.c_out * S, kThreads, multiprocessor_count()), kThreads, 0,
+                  stream(), yt.data<float>(), bias.defined() ? bias.data<float>() : nullptr, py, count, g.c_out, S);
   }
 }
 
@@ -218,9 +215,8 @@ void CudaBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tenso
     ConvShape s = shape_of(g);
     s.n = count;
     Tensor dyt = leading_matrix(dyt_buffer, g.c_out, NS);  // dY' [C_out, count·S]
-    nchw_to_rows_kernel<<<grid_for(dyt.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-        dy.data<float>() + n0 * g.c_out * S, dyt.data<float>(), count, g.c_out, S);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(nchw_to_rows_kernel, grid_for(dyt.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                  dy.data<float>() + n0 * g.c_out * S, dyt.data<float>(), count, g.c_out, S);
     if (db.defined()) {  // db[co] = Σ_(n,p) dY'[co, (n,p)]
       Tensor out = first ? db : db_part;
       sum_dim(dyt, g.c_out, NS, 1, out);
@@ -243,9 +239,8 @@ void CudaBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tenso
         matmul(rows_of(w2, grp * M, M), rows_of(dyt, grp * M, M), out, true, false);  // dcol_g = W_gᵀ · dY'_g
       }
       float* pdx = dx.data<float>() + n0 * g.c_in * g.h * g.w;  // dx [count, C_in, H, W] of this chunk
-      col2im_kernel<<<grid_for(count * g.c_in * g.h * g.w, kThreads, multiprocessor_count()), kThreads, 0,
-                      stream()>>>(col.data<float>(), pdx, s);
-      MINIDL_LAUNCH_CHECK();
+      MINIDL_LAUNCH(col2im_kernel, grid_for(count * g.c_in * g.h * g.w, kThreads, multiprocessor_count()), kThreads, 0,
+                    stream(), col.data<float>(), pdx, s);
     }
   }
 }

@@ -173,9 +173,8 @@ std::optional<std::pair<int64_t, int64_t>> CudaBackend::find_invalid_target(cons
   auto* first_ptr = static_cast<unsigned long long*>(first.raw_data());
   MINIDL_CUDA_CHECK(cudaMemsetAsync(first_ptr, 0xFF, sizeof(unsigned long long), stream()));
   const unsigned blocks = grid_for(n, kTargetThreads, multiprocessor_count(), 4);
-  first_invalid_target_kernel<<<blocks, kTargetThreads, 0, stream()>>>(targets.data<int64_t>(), n, num_classes,
-                                                                        first_ptr);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(first_invalid_target_kernel, blocks, kTargetThreads, 0, stream(), targets.data<int64_t>(), n,
+                num_classes, first_ptr);
   unsigned long long row = 0;
   MINIDL_CUDA_CHECK(cudaMemcpyAsync(&row, first_ptr, sizeof(row), cudaMemcpyDeviceToHost, stream()));
   MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -207,11 +206,9 @@ void CudaBackend::check_targets(const Tensor& targets, int64_t num_classes, Targ
   // initcheck reports a copy of bytes never written).
   MINIDL_CUDA_CHECK(cudaMemsetAsync(slot, 0xFF, 2 * sizeof(unsigned long long), stream()));
   const unsigned blocks = grid_for(n, kTargetThreads, multiprocessor_count(), 4);
-  first_invalid_target_kernel<<<blocks, kTargetThreads, 0, stream()>>>(targets.data<int64_t>(), n, num_classes,
-                                                                        slot);
-  MINIDL_LAUNCH_CHECK();
-  invalid_target_value_kernel<<<1, 1, 0, stream()>>>(targets.data<int64_t>(), slot);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(first_invalid_target_kernel, blocks, kTargetThreads, 0, stream(), targets.data<int64_t>(), n,
+                num_classes, slot);
+  MINIDL_LAUNCH(invalid_target_value_kernel, 1, 1, 0, stream(), targets.data<int64_t>(), slot);
   deferred_messages_.push_back(std::move(message));
 }
 

@@ -62,8 +62,7 @@ void bias_activation(float* c, int64_t m, int64_t n, int64_t ldc, const float* b
   const int64_t grid_x = std::min<int64_t>(ceil_div(n, kEpilogueCols), 1024);
   const int64_t grid_y = std::min<int64_t>(ceil_div(m, kEpilogueRows), 65535);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  bias_activation_kernel<<<grid, block, 0, stream>>>(c, m, n, ldc, bias, relu, accumulate);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(bias_activation_kernel, grid, block, 0, stream, c, m, n, ldc, bias, relu, accumulate);
 }
 
 void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stream) {

@@ -180,6 +180,15 @@ Backend* cuda_backend(int device_index) {
   return slots[static_cast<size_t>(device_index)].load();
 }
 
+std::string cuda_backend_device_name(int device_index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "unknown CUDA device";
+  }
+  return prop.name;
+}
+
 Allocator* cuda_pinned_host_allocator() {
   if (cuda_backend_device_count() == 0) return nullptr;
   return &cuda::pinned_host_allocator();

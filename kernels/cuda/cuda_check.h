@@ -1,5 +1,6 @@
-// One thin check for every CUDA and cuBLAS return code, and the launch check that follows
-// every <<<...>>> in kernels/cuda (a test scans the sources for launches without it).
+// One thin check for every CUDA and cuBLAS return code, and the launch check that
+// MINIDL_LAUNCH (kernels/cuda/launch.cuh), the one way kernels/cuda launches a kernel, runs
+// after every launch (a test scans the sources for launches that bypass it).
 // A failure becomes a minidl::Error naming the call as written, its file and line, and the
 // runtime's own description — never an abort, so a caller can report it and carry on.
 #pragma once
@@ -31,5 +32,3 @@ void check_launch(const char* file, int line);
     if (minidl_status_ != CUBLAS_STATUS_SUCCESS)                                     \
       ::minidl::cuda::throw_cublas_error(minidl_status_, #call, __FILE__, __LINE__); \
   } while (0)
-
-#define MINIDL_LAUNCH_CHECK() ::minidl::cuda::check_launch(__FILE__, __LINE__)

@@ -36,9 +36,8 @@ void CudaBackend::dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t o
   DeviceGuard guard(device_index());
   const float keep = static_cast<float>(1.0 - p);
   const float scale = p < 1 ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
-  dropout_mask_kernel<<<grid_for(n, kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      mask.data<float>(), n, keep, scale, seed, offset);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(dropout_mask_kernel, grid_for(n, kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                mask.data<float>(), n, keep, scale, seed, offset);
 }
 
 }  // namespace minidl::cuda

@@ -219,8 +219,7 @@ void launch_map(const CudaBackend& be, F f, float* out, const float* in0, const 
   const int64_t work = split.vectors > 0 ? ceil_div(split.vectors, kMapUnroll) : n;
   const unsigned blocks =
       grid_for(work, kMapThreads, be.multiprocessor_count(), map_blocks_per_multiprocessor<kInputs, F>());
-  map_kernel<kInputs><<<blocks, kMapThreads, 0, be.stream()>>>(f, out, in0, in1, n, split);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(map_kernel<kInputs, F>, blocks, kMapThreads, 0, be.stream(), f, out, in0, in1, n, split);
 }
 
 // True when t reads one element for every index (all strides of non-trivial dims are 0).
@@ -295,11 +294,9 @@ void binary_typed(const CudaBackend& be, const Tensor& a, const Tensor& b, Tenso
   const StridedGeometry geo = collapse_geometry(out.shape(), a.strides(), b.strides());
   const unsigned blocks = grid_for(n, kMapThreads, be.multiprocessor_count());
   if (fits_int32(geo, n)) {
-    binary_strided_kernel<int32_t, kOp><<<blocks, kMapThreads, 0, be.stream()>>>(geo, pa, pb, po, n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(binary_strided_kernel<int32_t, kOp>, blocks, kMapThreads, 0, be.stream(), geo, pa, pb, po, n);
   } else {
-    binary_strided_kernel<int64_t, kOp><<<blocks, kMapThreads, 0, be.stream()>>>(geo, pa, pb, po, n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(binary_strided_kernel<int64_t, kOp>, blocks, kMapThreads, 0, be.stream(), geo, pa, pb, po, n);
   }
 }
 
@@ -347,12 +344,11 @@ void CudaBackend::equal(const Tensor& a, const Tensor& b, Tensor& out) {
   DeviceGuard guard(device_index());
   const unsigned blocks = grid_for(n, kMapThreads, multiprocessor_count());
   if (a.dtype() == DType::Float32) {
-    equal_kernel<float><<<blocks, kMapThreads, 0, stream()>>>(a.data<float>(), b.data<float>(), out.data<float>(), n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(equal_kernel<float>, blocks, kMapThreads, 0, stream(), a.data<float>(), b.data<float>(),
+                  out.data<float>(), n);
   } else {
-    equal_kernel<int64_t>
-        <<<blocks, kMapThreads, 0, stream()>>>(a.data<int64_t>(), b.data<int64_t>(), out.data<float>(), n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(equal_kernel<int64_t>, blocks, kMapThreads, 0, stream(), a.data<int64_t>(), b.data<int64_t>(),
+                  out.data<float>(), n);
   }
 }
 

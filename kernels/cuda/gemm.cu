@@ -348,8 +348,7 @@ void launch_sgemm(SgemmArgs args, int64_t splits, cudaStream_t stream) {
                " thread blocks of ", Cfg::BM, "x", Cfg::BN, ", more than a grid holds");
   args.tiles_m = static_cast<int>(tiles_m);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
-  sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B><<<grid, Cfg::THREADS, 0, stream>>>(args);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B>, grid, Cfg::THREADS, 0, stream, args);
 }
 
 template <class Cfg>
@@ -410,9 +409,8 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
   }
   if (plan.splits > 1) {
     const unsigned blocks = grid_for(p.m * p.n, kReduceThreads, sm_count);
-    splitk_reduce_kernel<<<blocks, kReduceThreads, 0, stream>>>(workspace, plan.splits, p.m, p.n, p.c, p.ldc, p.bias,
-                                                                p.relu);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(splitk_reduce_kernel, blocks, kReduceThreads, 0, stream, workspace, plan.splits, p.m, p.n, p.c, p.ldc,
+                  p.bias, p.relu);
   }
 }
 

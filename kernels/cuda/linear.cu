@@ -106,12 +106,10 @@ void column_sum(CudaBackend& be, const Tensor& dy, Tensor& out) {
   float* partial = chunks > 1 ? workspace.data<float>() : dst;
   const dim3 block(kSumCols, kSumRowLanes);
   const dim3 grid(static_cast<unsigned>(ceil_div(cols, kSumCols)), static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
-  column_sum_chunks_kernel<<<grid, block, 0, be.stream()>>>(dy.data<float>(), rows, cols, chunks, partial);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(column_sum_chunks_kernel, grid, block, 0, be.stream(), dy.data<float>(), rows, cols, chunks, partial);
   if (chunks > 1) {
     const unsigned blocks = grid_for(cols, kFinalThreads, be.multiprocessor_count());
-    column_sum_final_kernel<<<blocks, kFinalThreads, 0, be.stream()>>>(partial, chunks, cols, dst);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(column_sum_final_kernel, blocks, kFinalThreads, 0, be.stream(), partial, chunks, cols, dst);
   }
 }
 

@@ -168,9 +168,8 @@ void CudaBackend::strided_copy(const Tensor& src, Tensor& dst) {
   const unsigned grid = grid_for(n, kThreads, sm_count_);
   with_word(element_bytes(src), [&](auto word) {
     using W = decltype(word);
-    strided_copy_kernel<W><<<grid, kThreads, 0, stream_>>>(static_cast<const W*>(src.raw_data()),
-                                                           static_cast<W*>(dst.raw_data()), layout, n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(strided_copy_kernel<W>, grid, kThreads, 0, stream_, static_cast<const W*>(src.raw_data()),
+                  static_cast<W*>(dst.raw_data()), layout, n);
   });
 }
 
@@ -184,11 +183,9 @@ void CudaBackend::cast(const Tensor& src, Tensor& dst) {
     MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), static_cast<size_t>(n) * element_bytes(src),
                                       cudaMemcpyDeviceToDevice, stream_));
   } else if (src.dtype() == DType::Float32) {
-    cast_kernel<float, int64_t><<<grid, kThreads, 0, stream_>>>(src.data<float>(), dst.data<int64_t>(), n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(cast_kernel<float, int64_t>, grid, kThreads, 0, stream_, src.data<float>(), dst.data<int64_t>(), n);
   } else {
-    cast_kernel<int64_t, float><<<grid, kThreads, 0, stream_>>>(src.data<int64_t>(), dst.data<float>(), n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(cast_kernel<int64_t, float>, grid, kThreads, 0, stream_, src.data<int64_t>(), dst.data<float>(), n);
   }
 }
 
@@ -199,11 +196,10 @@ void CudaBackend::fill(Tensor& dst, double value) {
   DeviceGuard guard(device_);
   const unsigned grid = grid_for(n, kThreads, sm_count_);
   if (dst.dtype() == DType::Float32) {
-    fill_kernel<float><<<grid, kThreads, 0, stream_>>>(dst.data<float>(), static_cast<float>(value), n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(fill_kernel<float>, grid, kThreads, 0, stream_, dst.data<float>(), static_cast<float>(value), n);
   } else {
-    fill_kernel<int64_t><<<grid, kThreads, 0, stream_>>>(dst.data<int64_t>(), static_cast<int64_t>(value), n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(fill_kernel<int64_t>, grid, kThreads, 0, stream_, dst.data<int64_t>(), static_cast<int64_t>(value),
+                  n);
   }
 }
 
@@ -214,11 +210,9 @@ void CudaBackend::arange(Tensor& dst, double start, double step) {
   DeviceGuard guard(device_);
   const unsigned grid = grid_for(n, kThreads, sm_count_);
   if (dst.dtype() == DType::Float32) {
-    arange_kernel<float><<<grid, kThreads, 0, stream_>>>(dst.data<float>(), start, step, n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(arange_kernel<float>, grid, kThreads, 0, stream_, dst.data<float>(), start, step, n);
   } else {
-    arange_kernel<int64_t><<<grid, kThreads, 0, stream_>>>(dst.data<int64_t>(), start, step, n);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(arange_kernel<int64_t>, grid, kThreads, 0, stream_, dst.data<int64_t>(), start, step, n);
   }
 }
 
@@ -232,10 +226,8 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& indices, Tensor& 
                   static_cast<unsigned>(rows < 65535 ? rows : 65535));
   with_word(element_bytes(src), [&](auto word) {
     using W = decltype(word);
-    gather_rows_kernel<W><<<grid, kThreads, 0, stream_>>>(static_cast<const W*>(src.raw_data()),
-                                                          indices.data<int64_t>(), static_cast<W*>(out.raw_data()),
-                                                          rows, width);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(gather_rows_kernel<W>, grid, kThreads, 0, stream_, static_cast<const W*>(src.raw_data()),
+                  indices.data<int64_t>(), static_cast<W*>(out.raw_data()), rows, width);
   });
 }
 

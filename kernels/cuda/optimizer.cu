@@ -79,9 +79,8 @@ void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_b
                      cfg.momentum != 0.0 && buf != nullptr,
                      cfg.first_step,
                      cfg.nesterov};
-  sgd_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(param.data<float>(), grad.data<float>(), buf,
-                                                                         n, s);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(sgd_kernel, grid_for(n, kThreads, sm_count_), kThreads, 0, stream_, param.data<float>(),
+                grad.data<float>(), buf, n, s);
 }
 
 void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
@@ -102,10 +101,8 @@ void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
                       static_cast<float>(cfg.weight_decay),
                       static_cast<float>(1.0 - cfg.lr * cfg.weight_decay),
                       cfg.decoupled_weight_decay};
-  adam_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(param.data<float>(), grad.data<float>(),
-                                                                          exp_avg.data<float>(),
-                                                                          exp_avg_sq.data<float>(), n, s);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(adam_kernel, grid_for(n, kThreads, sm_count_), kThreads, 0, stream_, param.data<float>(),
+                grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(), n, s);
 }
 
 }  // namespace minidl::cuda

@@ -139,33 +139,29 @@ __global__ void avg_pool_backward_kernel(const float* __restrict__ dy, float* __
 void CudaBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const Pool2dGeometry& g) {
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32, "max_pool2d_forward: x is ", x.dtype());
-  max_pool_forward_kernel<<<grid_for(y.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      x.data<float>(), y.data<float>(), indices.data<int64_t>(), shape_of(g));
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(max_pool_forward_kernel, grid_for(y.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                x.data<float>(), y.data<float>(), indices.data<int64_t>(), shape_of(g));
 }
 
 void CudaBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx, const Pool2dGeometry& g) {
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(dy.dtype() == DType::Float32, "max_pool2d_backward: dy is ", dy.dtype());
-  max_pool_backward_kernel<<<grid_for(dx.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      dy.data<float>(), indices.data<int64_t>(), dx.data<float>(), shape_of(g));
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(max_pool_backward_kernel, grid_for(dx.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                dy.data<float>(), indices.data<int64_t>(), dx.data<float>(), shape_of(g));
 }
 
 void CudaBackend::avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeometry& g) {
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32, "avg_pool2d_forward: x is ", x.dtype());
-  avg_pool_forward_kernel<<<grid_for(y.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      x.data<float>(), y.data<float>(), shape_of(g));
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(avg_pool_forward_kernel, grid_for(y.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                x.data<float>(), y.data<float>(), shape_of(g));
 }
 
 void CudaBackend::avg_pool2d_backward(const Tensor& dy, Tensor& dx, const Pool2dGeometry& g) {
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(dy.dtype() == DType::Float32, "avg_pool2d_backward: dy is ", dy.dtype());
-  avg_pool_backward_kernel<<<grid_for(dx.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream()>>>(
-      dy.data<float>(), dx.data<float>(), shape_of(g));
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(avg_pool_backward_kernel, grid_for(dx.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
+                dy.data<float>(), dx.data<float>(), shape_of(g));
 }
 
 }  // namespace minidl::cuda

@@ -62,9 +62,8 @@ void CudaBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, u
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
-  uniform_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(dst.data<float>(), n, low, high, seed,
-                                                                             offset);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(uniform_kernel, grid_for(n, kThreads, sm_count_), kThreads, 0, stream_, dst.data<float>(), n, low, high,
+                seed, offset);
 }
 
 void CudaBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) {
@@ -72,9 +71,8 @@ void CudaBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed,
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
-  normal_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(dst.data<float>(), n, mean, stddev, seed,
-                                                                            offset);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(normal_kernel, grid_for(n, kThreads, sm_count_), kThreads, 0, stream_, dst.data<float>(), n, mean,
+                stddev, seed, offset);
 }
 
 void CudaBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
@@ -83,9 +81,8 @@ void CudaBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed,
   if (n == 0) return;
   DeviceGuard guard(device_);
   const uint64_t range = static_cast<uint64_t>(high - low);
-  randint_kernel<<<grid_for(n, kThreads, sm_count_), kThreads, 0, stream_>>>(dst.data<int64_t>(), n, low, range, seed,
-                                                                             offset);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(randint_kernel, grid_for(n, kThreads, sm_count_), kThreads, 0, stream_, dst.data<int64_t>(), n, low,
+                range, seed, offset);
 }
 
 }  // namespace minidl::cuda

@@ -208,8 +208,7 @@ int64_t busy_blocks(const CudaBackend& be) {
 
 void row_sums_warp(const CudaBackend& be, const float* x, float* out, int64_t rows, int64_t n) {
   const int64_t blocks = min64(ceil_div(rows, kRowsPerWarpBlock), std::numeric_limits<int32_t>::max());
-  row_sum_warp_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, be.stream()>>>(x, out, rows, n);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(row_sum_warp_kernel, static_cast<unsigned>(blocks), kThreads, 0, be.stream(), x, out, rows, n);
 }
 
 // One block per (row, split): out gets [rows, splits] (just [rows] when splits == 1).
@@ -219,11 +218,9 @@ void row_sums_block(const CudaBackend& be, const float* x, float* out, int64_t r
                " exceed the CUDA grid");
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(splits));
   if (aligned16(x) && n % 4 == 0 && chunk % 4 == 0) {
-    row_sum_block_kernel<true><<<grid, kThreads, 0, be.stream()>>>(x, out, n, chunk);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(row_sum_block_kernel<true>, grid, kThreads, 0, be.stream(), x, out, n, chunk);
   } else {
-    row_sum_block_kernel<false><<<grid, kThreads, 0, be.stream()>>>(x, out, n, chunk);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(row_sum_block_kernel<false>, grid, kThreads, 0, be.stream(), x, out, n, chunk);
   }
 }
 
@@ -235,8 +232,7 @@ void col_sums(const CudaBackend& be, const float* x, float* out, int64_t outer, 
   const int64_t tiles = outer * ceil_div(inner, tile_x);
   const dim3 grid(static_cast<unsigned>(min64(tiles, std::numeric_limits<int32_t>::max())),
                   static_cast<unsigned>(splits));
-  col_sum_kernel<<<grid, block, 0, be.stream()>>>(x, out, outer, n, inner, chunk);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(col_sum_kernel, grid, block, 0, be.stream(), x, out, outer, n, inner, chunk);
 }
 
 // How to cut n into splits: at most `wanted` chunks of at least `min_chunk`, chunk a multiple
@@ -312,14 +308,12 @@ void CudaBackend::argmax_rows(const Tensor& x, Tensor& out) {
   DeviceGuard guard(device_index());
   if (cols <= kWarpRowMax) {
     const int64_t blocks = min64(ceil_div(rows, kRowsPerWarpBlock), std::numeric_limits<int32_t>::max());
-    argmax_warp_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(x.data<float>(), out.data<int64_t>(),
-                                                                                  rows, cols);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(argmax_warp_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream(), x.data<float>(),
+                  out.data<int64_t>(), rows, cols);
   } else {
     MINIDL_CHECK(rows <= std::numeric_limits<int32_t>::max(), "argmax: ", rows, " rows exceed the CUDA grid");
-    argmax_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(x.data<float>(), out.data<int64_t>(),
-                                                                                 cols);
-    MINIDL_LAUNCH_CHECK();
+    MINIDL_LAUNCH(argmax_block_kernel, static_cast<unsigned>(rows), kThreads, 0, stream(), x.data<float>(),
+                  out.data<int64_t>(), cols);
   }
 }
 

@@ -395,14 +395,12 @@ inline unsigned row_grid(int64_t blocks) {
 template <int kPerLane, RowOp Op>
 void launch_warp_rows(const CudaBackend& be, const Op& op, int64_t rows, int64_t cols) {
   const unsigned blocks = row_grid(ceil_div(rows, kWarpRows));
-  rows_warp_kernel<kPerLane, Op><<<blocks, kWarpRowsThreads, 0, be.stream()>>>(op, rows, cols);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(rows_warp_kernel<kPerLane, Op>, blocks, kWarpRowsThreads, 0, be.stream(), op, rows, cols);
 }
 
 template <int W, int kCache, RowOp Op>
 void launch_block_rows(const CudaBackend& be, const Op& op, int64_t rows, int64_t cols, int threads) {
-  rows_block_kernel<W, kCache, Op><<<row_grid(rows), threads, 0, be.stream()>>>(op, rows, cols);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_LAUNCH(rows_block_kernel<W, kCache, Op>, row_grid(rows), threads, 0, be.stream(), op, rows, cols);
 }
 
 // Picks the row strategy for op over [rows, cols] (see the file comment) and launches it.

@@ -37,8 +37,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::printf("%s (%d CUDA device(s))\n", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
-                cuda_device_count());
+    std::printf("%s %s
+", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
+                cuda_devices_summary().c_str());
     MINIDL_CHECK(device_name == "auto" || device_name == "cpu" || device_name == "cuda", "--device must be auto, cpu "
                  "or cuda, got '", device_name, "'");
     const bool on_cuda = device_name == "cuda" || (device_name == "auto" && cuda_is_available());

@@ -106,6 +106,8 @@ int main(int argc, char** argv) {
       std::cout << "Fashion-MNIST: " << data.train->size() << " training and " << data.test->size()
                 << " test examples; " << (c.model == "cnn" ? "CNN " + cnn_architecture_name() : "MLP " + architecture_name(c.hidden)) << ", " << c.optimizer << ", lr " << c.lr
                 << ", batch " << c.batch_size << ", schedule " << c.schedule << "\n";
+      if (c.device.rfind("cuda", 0) == 0 || (c.device == "auto" && cuda_is_available()))
+        std::cout << "CUDA: " << cuda_devices_summary() << "\n";
       if (world > 1)
         std::cout << world << " processes (" << c.group->backend_name() << "), each " << c.group->device()
                   << ", a shard of every batch\n";

@@ -1,13 +1,18 @@
-// House rule (kernels/cuda/cuda_check.h, docs/cuda.md): every kernel launch in kernels/cuda is
-// followed by its launch check.
-// This test reads the sources (it needs no GPU) and fails on any `<<<...>>>(...);` whose next
-// statement is not MINIDL_LAUNCH_CHECK();, naming the file and line.
+// House rule (kernels/cuda/launch.cuh, docs/cuda.md): every kernel launch in kernels/cuda goes
+// through MINIDL_LAUNCH, which launches and then checks the launch. The only `<<<...>>>` is the
+// one inside launch.cuh's launch_kernel; the same sources are also built against a simulated
+// CUDA runtime, where `<<<` does not compile.
+// This test reads the sources (it needs no GPU) and fails on any `<<<` in kernels/cuda outside
+// that function (comments and string literals excluded), naming the file and line.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -36,59 +41,88 @@ std::string strip_comments(const std::string& s) {
   return out;
 }
 
-// "file:line" of every launch in `text` that is not followed by its check.
-std::vector<std::string> unchecked_launches(const std::string& name, const std::string& raw) {
+// Where the one real launch lives: the body of launch_kernel in launch.cuh, as [begin, end) of
+// `text` (comments already blanked); {npos, npos} when it is not there.
+std::pair<size_t, size_t> launch_kernel_body(const std::string& text) {
+  const size_t name = text.find("void launch_kernel(");
+  if (name == std::string::npos) return {std::string::npos, std::string::npos};
+  size_t pos = name + std::string("void launch_kernel").size();
+  int depth = 0;  // skip the parameter list, which may hold parentheses of its own
+  for (; pos < text.size(); ++pos) {
+    if (text[pos] == '(') ++depth;
+    if (text[pos] == ')' && --depth == 0) break;
+  }
+  const size_t open = text.find('{', pos);
+  if (open == std::string::npos) return {std::string::npos, std::string::npos};
+  depth = 0;
+  for (size_t end = open; end < text.size(); ++end) {
+    if (text[end] == '{') ++depth;
+    if (text[end] == '}' && --depth == 0) return {open, end + 1};
+  }
+  return {std::string::npos, std::string::npos};
+}
+
+// "file:line" of every `<<<` in `text` that is not inside launch.cuh's launch_kernel.
+std::vector<std::string> stray_launches(const std::string& name, const std::string& raw) {
   const std::string text = strip_comments(raw);
+  const auto [begin, end] =
+      name == "launch.cuh" ? launch_kernel_body(text) : std::pair{std::string::npos, std::string::npos};
   std::vector<std::string> bad;
   for (size_t pos = text.find("<<<"); pos != std::string::npos; pos = text.find("<<<", pos + 3)) {
-    const size_t close = text.find(">>>", pos);
-    size_t end = close == std::string::npos ? std::string::npos : close + 3;
-    int depth = 0;  // the argument list may span lines and hold parentheses
-    for (; end != std::string::npos && end < text.size(); ++end) {
-      if (text[end] == '(') ++depth;
-      if (text[end] == ')') --depth;
-      if (text[end] == ';' && depth == 0) break;
-    }
-    size_t next = end == std::string::npos ? end : text.find_first_not_of(" \t\r\n", end + 1);
-    const std::string check = "MINIDL_LAUNCH_CHECK();";
-    if (next == std::string::npos || text.compare(next, check.size(), check) != 0) {
-      const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n') + 1;
-      bad.push_back(name + ":" + std::to_string(line));
-    }
+    if (begin != std::string::npos && pos > begin && pos < end) continue;
+    const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n') + 1;
+    bad.push_back(name + ":" + std::to_string(line));
   }
   return bad;
 }
 
 }  // namespace
 
-TEST_CASE("the launch scanner flags a launch without its check and accepts one with it", "[kernels][cuda-source]") {
-  CHECK(unchecked_launches("a.cu", "k<<<1, 2>>>(x, f(y));\nMINIDL_LAUNCH_CHECK();\n").empty());
-  CHECK(unchecked_launches("a.cu", "k<<<g, b, 0, s>>>(x,\n   y);  // launch\n  MINIDL_LAUNCH_CHECK();").empty());
-  CHECK(unchecked_launches("b.cu", "int a;\nk<<<1, 2>>>(x);\nother();\nMINIDL_LAUNCH_CHECK();") ==
-        std::vector<std::string>{"b.cu:2"});
-  CHECK(unchecked_launches("c.cu", "// k<<<1, 2>>>(x); in a comment\n").empty());
+TEST_CASE("the launch scanner flags <<< outside launch_kernel and accepts MINIDL_LAUNCH", "[kernels][cuda-source]") {
+  CHECK(stray_launches("a.cu", "MINIDL_LAUNCH(k<2, F>, g, b, 0, s, x,\n              f(y));\n").empty());
+  CHECK(stray_launches("b.cu", "int a;\nk<<<1, 2>>>(x);\nMINIDL_LAUNCH_CHECK();\n") ==
+        std::vector<std::string>{"b.cu:2"});  // a checked <<< is still a stray one
+  CHECK(stray_launches("c.cu", "// k<<<1, 2>>>(x); in a comment\n/* k<<<1, 2>>>(x); */ auto s = \"<<<\";\n").empty());
+  const std::string helper =
+      "template <class... P>\nvoid launch_kernel(const char* file, int line, void (*kernel)(P...), dim3 g) {\n"
+      "#if defined(__CUDACC__)\n  kernel<<<g, 1>>>();\n#else\n  { sim(kernel); }\n#endif\n  check(file, line);\n}\n";
+  CHECK(stray_launches("launch.cuh", helper).empty());
+  CHECK(stray_launches("launch.cuh", helper + "void other() { k<<<1, 1>>>(); }\n") ==
+        std::vector<std::string>{"launch.cuh:10"});
+  CHECK(stray_launches("launch.cuh", "void f() { k<<<1, 1>>>(); }\n" + helper) ==
+        std::vector<std::string>{"launch.cuh:1"});
+  CHECK(stray_launches("d.cu", helper) == std::vector<std::string>{"d.cu:4"});  // the exemption is launch.cuh's only
 }
 
-TEST_CASE("every kernel launch in kernels/cuda is followed by MINIDL_LAUNCH_CHECK", "[kernels][cuda-source]") {
+TEST_CASE("every kernel launch in kernels/cuda goes through MINIDL_LAUNCH", "[kernels][cuda-source]") {
   const fs::path dir = fs::path(MINIDL_SOURCE_DIR) / "kernels" / "cuda";
   REQUIRE(fs::is_directory(dir));
-  int files = 0, launches = 0;
+  int files = 0, launches = 0, helper_launches = 0;
   std::vector<std::string> bad;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string ext = entry.path().extension().string();
-    if (ext != ".cu" && ext != ".cuh") continue;
+    if (ext != ".cu" && ext != ".cuh" && ext != ".h" && ext != ".cpp") continue;
     std::ifstream in(entry.path());
     std::stringstream ss;
     ss << in.rdbuf();
+    const std::string name = entry.path().filename().string();
     const std::string text = strip_comments(ss.str());
-    for (size_t p = text.find("<<<"); p != std::string::npos; p = text.find("<<<", p + 3)) ++launches;
-    for (auto& b : unchecked_launches(entry.path().filename().string(), ss.str())) bad.push_back(b);
+    if (name != "launch.cuh") {
+      for (size_t p = text.find("MINIDL_LAUNCH("); p != std::string::npos; p = text.find("MINIDL_LAUNCH(", p + 1))
+        ++launches;
+    } else {
+      const auto [begin, end] = launch_kernel_body(text);
+      for (size_t p = text.find("<<<"); p != std::string::npos; p = text.find("<<<", p + 3))
+        if (begin != std::string::npos && p > begin && p < end) ++helper_launches;
+    }
+    for (auto& b : stray_launches(name, ss.str())) bad.push_back(b);
     ++files;
   }
   std::string listed;
   for (const auto& b : bad) listed += " " + b;
-  INFO("launches without MINIDL_LAUNCH_CHECK(); right after them:" << listed);
+  INFO("<<< outside launch.cuh's launch_kernel (launch with MINIDL_LAUNCH instead):" << listed);
   CHECK(files > 0);
-  CHECK(launches > 0);
+  CHECK(launches > 0);          // the scan saw the sources' launches
+  CHECK(helper_launches == 1);  // and the helper's one <<<
   CHECK(bad.empty());
 }
