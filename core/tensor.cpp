@@ -32,6 +32,10 @@ const Storage& Tensor::storage() const { return checked(impl_).storage; }
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = checked(impl_);
+  // No element: any strides lay it out contiguously (PyTorch's rule). The loop below would want
+  // stride 0 after a zero-size dim, which contiguous_strides never gives (it steps over a 0 as
+  // over a 1), so a fresh [5, 0] would be "not contiguous" and view()/reshape() of it throw.
+  if (t.shape.numel() == 0) return true;
   int64_t expected = 1;
   for (int i = t.shape.rank() - 1; i >= 0; --i) {
     if (t.shape[i] != 1 && t.strides[i] != expected) return false;

@@ -65,8 +65,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   Tensor save_mean = empty(Shape{channels}, x.options()), save_invstd = empty(Shape{channels}, x.options());
   Tensor rm = running_mean.defined() ? running_mean.detach() : Tensor();
   Tensor rv = running_var.defined() ? running_var.detach() : Tensor();
-  if (x.numel() > 0)
-    backend_for(x.device()).batch_norm_forward(xc, wc, bc, rm, rv, training, momentum, eps, y, save_mean, save_invstd);
+  // Run even when x is empty (only in evaluation: training was refused above without a variance
+  // to take): the backend still writes save_mean and save_invstd from the running statistics,
+  // which the backward reads. Left unwritten, its dγ = (Σ over nothing)·invstd = 0·garbage is
+  // NaN when the fresh memory held NaN or inf; written, dγ = dβ = 0 as in PyTorch. Both backends
+  // take an empty x (and no channel at all) without touching its data.
+  backend_for(x.device()).batch_norm_forward(xc, wc, bc, rm, rv, training, momentum, eps, y, save_mean, save_invstd);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<BatchNormBackward>();
     node->x = xc;

@@ -15,18 +15,20 @@
 //     sendbuff == recvbuff + rank·count, for ncclReduceScatter recvbuff == sendbuff + rank·count)
 //     work. Reductions add in rank order; ncclAvg scales each input by 1/nranks before the sum
 //     for floating types (as NCCL's pre-multiplied sum does) and divides the sum for integers;
-//     half and bfloat16 are reduced in float and rounded to nearest even after every step;
+//     half and bfloat16 are reduced in float and rounded to nearest even after every step. An
+//     empty call (count 0) is checked and does nothing, as NCCL skips it;
 //   - groups: calls between ncclGroupStart and ncclGroupEnd (nested) are only checked and kept;
 //     the outermost ncclGroupEnd queues them all, or none when one of them failed (it returns
 //     that error). Since every rank's collective runs on its own stream's thread, one host
 //     thread issuing all ranks' calls cannot deadlock, in a group or not;
-//   - errors: ncclGetErrorString, ncclGetLastError (NCCL's words on the last failure: the
-//     communicator's, else the calling thread's), NCCL_DEBUG=WARN prints them to stderr;
+//   - errors: ncclGetErrorString, ncclGetLastError (the words on the last failure: the newer of
+//     the communicator's and the calling thread's), NCCL_DEBUG=WARN prints them to stderr;
 //     ncclCommAbort on any rank wakes every peer stuck in a collective of the same clique — their
 //     work ends without touching memory and ncclCommGetAsyncError reports ncclRemoteError on them.
-//     A rank destroyed while its peers wait for it, and ranks that call different collectives
-//     (op, type, count or root) as their n-th, also end the clique with an asynchronous error
-//     rather than a hang or garbage.
+//     A rank destroyed while its peers wait for it, a collective its device dropped unrun (a
+//     device that faulted runs nothing more), a buffer freed before the collective ran (that
+//     device faults), and ranks that call different collectives (op, type, count or root) as
+//     their n-th also end the clique with an asynchronous error rather than a hang or garbage.
 // Not simulated: processes. The unique id holds a number of this process; ncclCommInitRank with
 // an id from another process is ncclInvalidUsage, saying that the simulated NCCL joins ranks of
 // one process only, and a rank whose peers never arrive (they run in other processes, or never

@@ -21,8 +21,9 @@
 // Note [breaking a clique]: a clique whose ranks can no longer meet is broken once, with a
 // message: ncclCommAbort on any rank; a rank destroyed while its peers wait in a collective it
 // will never join; ranks that called different collectives as their n-th; a collective that
-// could not be queued; a buffer that is no longer device memory when the collective runs (that
-// rank's device also faults, as NCCL's kernel would); no host memory for the staging copy.
+// could not be queued, or that its device dropped unrun (a device that faulted runs nothing
+// more); a buffer that is no longer device memory when the collective runs (that rank's device
+// also faults, as NCCL's kernel would); no host memory for the staging copy.
 // Every waiter wakes and its work ends without touching memory; every live rank's
 // ncclCommGetAsyncError reports the failure (ncclRemoteError on the ranks that did not cause
 // it), and later calls on them return it at once, as NCCL does for a communicator in error.
@@ -667,9 +668,21 @@ struct Job {
     --clique->ranks[static_cast<size_t>(rank)].pending;
     clique->cv.notify_all();
   }
-  ~Job() {  // queued but dropped without running (or never queued): no longer pending
+  // Still counted here means the job never ran: the runtime dropped it (its device had faulted
+  // before, and a device whose context is lost runs nothing more) or it could not be queued.
+  // Its peers would wait for it forever: the clique is broken (Note [breaking a clique]).
+  ~Job() {
     if (clique == nullptr) return;
     std::lock_guard<std::mutex> lock(clique->m);
+    if (!counted) return;
+    std::string msg;
+    try {
+      msg = std::string(kind_name(args.kind)) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank) +
+            " (cuda device " + std::to_string(clique->ranks[static_cast<size_t>(rank)].device) +
+            ") never ran: its device dropped it after an earlier fault (the device's context is lost)";
+    } catch (...) {
+    }
+    clique->break_locked(ncclRemoteError, msg, rank, ncclUnhandledCudaError);
     finish_locked();
   }
 };
@@ -803,7 +816,6 @@ ncclResult_t launch(const std::shared_ptr<Clique>& clique, int rank, const Args&
     } catch (...) {
       status = cudaErrorMemoryAllocation;
     }
-    work = nullptr;  // on failure: drops the job here, outside the clique's mutex
     if (stream == nullptr && previous != device) (void)cudaSetDevice(previous);
   }
   if (status == cudaSuccess) return ncclSuccess;
@@ -811,11 +823,11 @@ ncclResult_t launch(const std::shared_ptr<Clique>& clique, int rank, const Args&
   const std::string msg = std::string(kind_name(args.kind)) + " #" + std::to_string(job->seq) + " on rank " +
                           std::to_string(rank) + " (cuda device " + std::to_string(device) +
                           ") could not be queued on its stream: " + cudaGetErrorName(status);
-  job.reset();
   {
     std::lock_guard<std::mutex> lock(c.m);
     c.break_locked(ncclRemoteError, msg, rank, ncclUnhandledCudaError);
   }
+  job.reset();  // no longer pending
   return fail(ncclUnhandledCudaError, msg);
 }
 

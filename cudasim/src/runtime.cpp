@@ -240,6 +240,7 @@ Registry& registry() {
 }
 
 void stream_loop(cudaStream_t s) {
+  tl_device = s->device;  // the work it runs (and the faults it reports) belongs to the stream's device
   while (true) {
     Op op;
     {

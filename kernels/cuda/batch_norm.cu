@@ -143,6 +143,10 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32, "batch_norm_forward: x is ", x.dtype());
   const Layout l = layout_of(x);
   MINIDL_CHECK(l.c <= 2147483647, "batch_norm_forward: ", l.c, " channels exceed the CUDA grid");
+  // No channel: nothing to write (y, save_mean, save_invstd are empty), and the training stats'
+  // grid of one block per channel would be 0 blocks, which CUDA refuses. An empty batch with
+  // channels (evaluation only: training checks for a variance) still writes save_mean/invstd.
+  if (l.c == 0) return;
   if (training) {
     MINIDL_LAUNCH(batch_norm_stats_kernel, static_cast<unsigned>(l.c), kThreads, 0, stream(), x.data<float>(), l,
                   momentum, eps, save_mean.data<float>(), save_invstd.data<float>(), data_or_null(running_mean),
@@ -164,6 +168,9 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   MINIDL_INTERNAL_ASSERT(dy.dtype() == DType::Float32, "batch_norm_backward: dy is ", dy.dtype());
   const Layout l = layout_of(x);
   MINIDL_CHECK(l.c <= 2147483647, "batch_norm_backward: ", l.c, " channels exceed the CUDA grid");
+  // No channel: dx, dγ, dβ are empty, as on the CPU (which loops over no channel); the sums
+  // kernel's grid of one block per channel would be 0 blocks (cudaErrorInvalidConfiguration).
+  if (l.c == 0) return;
   Tensor sums = empty(Shape{2 * l.c}, dy.options());  // [Σ dy | Σ dy·x̂]
   MINIDL_LAUNCH(batch_norm_backward_sums_kernel, static_cast<unsigned>(l.c), kThreads, 0, stream(), dy.data<float>(),
                 x.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), l, sums.data<float>());

@@ -313,9 +313,27 @@ __global__ void __launch_bounds__(kMaxRowThreads) rows_block_kernel(Op op, int64
           // p = exp(x - m_thread) · (exp(m_thread - m) / s), the factor once per thread. A thread
           // whose elements are all -inf kept e = 1 for them; its factor exp(-inf - m) = 0 makes
           // p = 0 as it should, and for an all -inf row (m = -inf) it is NaN, as on the CPU
-          // (exp(-inf - -inf)). A +inf logit makes m_thread = m = +inf: exp(m_thread - m) = 1
-          // keeps this thread's finite elements at p = exp(x - inf) = 0 instead of 0 · NaN.
-          const float factor = (m_thread == INFINITY && m == INFINITY ? 1.0f : expf(m_thread - m)) * stat.inv_s;
+          // (exp(-inf - -inf)).
+          // Note [+inf in the cached row]: a +inf logit makes m_thread = m = +inf in its thread,
+          // and the sum took e = 1 for each +inf there (the v == m branch: s counts the +infs, as
+          // on the CPU), where the CPU's p = exp(x - m) / s is exp(+inf - +inf) = NaN. The thread's
+          // other elements have e = exp(x - inf) = 0 (or NaN for a NaN: the whole row is NaN then).
+          // So such a thread, and only it, puts NaN in place of its e == 1 (exactly the +infs) and
+          // takes factor 1/s: exp(m_thread - m) would be exp(NaN) and turn the zeros to NaN too.
+          // Threads without a +inf get exp(finite or -inf - +inf) = 0: p = 0, as on the CPU. The
+          // common path pays one compare per thread and row; the arithmetic per element is unchanged.
+          float factor;
+          if (m_thread == INFINITY) {
+            factor = stat.inv_s;
+#pragma unroll
+            for (int k = 0; k < kCache; ++k)
+              if (t + k * threads < cached_items)
+#pragma unroll
+                for (int c = 0; c < W; ++c)
+                  if (ca[k].v[c] == 1.0f) ca[k].v[c] = NAN;
+          } else {
+            factor = expf(m_thread - m) * stat.inv_s;
+          }
 #pragma unroll
           for (int k = 0; k < kCache; ++k) {
             const int item = t + k * threads;

@@ -37,8 +37,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::printf("%s %s
-", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
+    std::printf("%s %s\n", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
                 cuda_devices_summary().c_str());
     MINIDL_CHECK(device_name == "auto" || device_name == "cpu" || device_name == "cuda", "--device must be auto, cpu "
                  "or cuda, got '", device_name, "'");

@@ -38,8 +38,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::printf("%s %s
-", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
+    std::printf("%s %s\n", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
                 cuda_devices_summary().c_str());
     const Device device = device_name == "auto" ? default_device() : Device(device_name);
 

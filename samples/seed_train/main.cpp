@@ -34,8 +34,7 @@ int main(int argc, char** argv) {
 
   try {
     // PyTorch: if torch.cuda.is_available(): print("GPU is available!") else: ...
-    std::printf("%s %s
-", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
+    std::printf("%s %s\n", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
                 cuda_devices_summary().c_str());
     // PyTorch: device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     const Device device = device_name == "auto" ? default_device() : Device(device_name);

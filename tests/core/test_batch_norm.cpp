@@ -103,3 +103,45 @@ TEST_CASE("batch_norm rejects bad arguments with errors that name the shapes", "
   m = error_message([&] { ops::batch_norm(x, c3, ones({3}), {}, {}, true, 0.1, 0.0); });
   CHECK_THAT(m, Catch::Contains("eps > 0"));
 }
+
+TEST_CASE("batch_norm in evaluation over an empty batch gives dgamma = dbeta = 0 even in reused NaN memory",
+          "[core][batch_norm]") {
+  // Σ over no element is 0, as in PyTorch. The backward forms dγ = (Σ dy·(x − mean))·invstd from
+  // the forward's save_mean/save_invstd: those must be written (from the running statistics)
+  // even when x is empty, else dγ = 0·(whatever the fresh memory held) is NaN for a NaN there.
+  // Freed NaN blocks of their size just before the op make that the likely case (the CPU
+  // allocator hands back a freed block of the same size class).
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    for (const Shape& shape : {Shape{0, 2, 5, 5}, Shape{0, 2}, Shape{3, 2, 0}}) {
+      INFO("dtype " << dtype << ", x " << shape);
+      Generator g(400);
+      const TensorOptions opts(dtype);
+      const Tensor x = rand64(shape, g).to(dtype).requires_grad_();
+      const Tensor gamma = rand64({2}, g).to(dtype).requires_grad_(), beta = rand64({2}, g).to(dtype).requires_grad_();
+      const Tensor rm = rand64({2}, g).to(dtype), rv = rand64({2}, g, 0.5, 2.0).to(dtype);
+      {
+        std::vector<Tensor> poison;
+        for (int i = 0; i < 8; ++i) poison.push_back(full({2}, std::nan(""), opts));
+      }
+      const Tensor y = ops::batch_norm(x, rm, rv, gamma, beta, false);
+      CHECK(y.shape() == shape);
+      y.sum().backward();
+      CHECK(x.grad().shape() == shape);
+      CHECK(gamma.grad().to(DType::Float64).to_vector<double>() == std::vector<double>{0.0, 0.0});
+      CHECK(beta.grad().to(DType::Float64).to_vector<double>() == std::vector<double>{0.0, 0.0});
+    }
+  }
+}
+
+TEST_CASE("batch_norm in evaluation over zero channels gives empty outputs and gradients", "[core][batch_norm]") {
+  // x [N, 0, S]: no channel to normalise; forward and backward run through (the backward of the
+  // sum views the empty gradient, which needs Tensor::is_contiguous to hold for no element).
+  for (const Shape& shape : {Shape{1, 0, 3}, Shape{2, 0, 3}, Shape{2, 0}}) {
+    INFO("x " << shape);
+    const Tensor x = zeros(shape, DType::Float64).requires_grad_();
+    const Tensor y = ops::batch_norm(x, zeros({0}, DType::Float64), ones({0}, DType::Float64), {}, {}, false);
+    CHECK(y.shape() == shape);
+    y.sum().backward();
+    CHECK(x.grad().shape() == shape);
+  }
+}

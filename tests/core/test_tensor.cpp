@@ -226,3 +226,40 @@ TEST_CASE("bad input to ops throws minidl::Error naming the op and the shapes", 
   CHECK_THROWS_WITH(ones({2}).sum(2), Catch::Contains("dim 2 is out of range"));
   CHECK_THROWS_WITH(arange(4, DType::Int64) / zeros({4}, DType::Int64), Catch::Contains("division by zero"));
 }
+
+TEST_CASE("a tensor with no element is contiguous, so views, reshapes and the ops built on them work",
+          "[core][views]") {
+  // PyTorch's rule: numel() == 0 is contiguous whatever the strides. contiguous_strides steps over
+  // a zero-size dim as over a 1 (a fresh [5, 0] has strides [1, 1]), so a stride test alone would
+  // call it "not contiguous" and view()/reshape() of it would throw.
+  for (const Shape& shape : {Shape{5, 0}, Shape{0, 5}, Shape{2, 0, 3}, Shape{0}, Shape{2, 0, 5, 5}}) {
+    INFO("shape " << shape);
+    const Tensor e = zeros(shape);
+    CHECK(e.is_contiguous());
+    CHECK(e.view({0}).shape() == Shape{0});
+    CHECK(e.reshape({1, 0}).shape() == Shape({1, 0}));
+    CHECK(e.contiguous().shape() == shape);
+  }
+  // A non-contiguous view with elements stays non-contiguous; narrowed to nothing it is contiguous.
+  const Tensor x = arange(12, DType::Float64).reshape({3, 4});
+  CHECK_FALSE(x.transpose(0, 1).is_contiguous());
+  CHECK(x.narrow(1, 1, 0).is_contiguous());
+
+  // The ops that failed on both devices before: softmax along the last dim of [5, 0], the
+  // backward of a sum of [5, 0], a matmul backward with a [3, 0] operand, max-pool backward over
+  // no channel.
+  CHECK(ops::softmax(zeros({5, 0}), -1).shape() == Shape{5, 0});
+  CHECK(ops::log_softmax(zeros({5, 0}), -1).shape() == Shape{5, 0});
+  Tensor s = zeros({5, 0}, DType::Float64).requires_grad_();
+  s.sum().backward();
+  CHECK(s.grad().shape() == Shape{5, 0});
+  Tensor a = ones({3, 0}, DType::Float64).requires_grad_(), b = ones({0, 4}, DType::Float64).requires_grad_();
+  Tensor c = ops::matmul(a, b);  // [3, 4] of empty sums: zeros
+  CHECK(c.to_vector<double>() == std::vector<double>(12, 0.0));
+  c.backward(ones({3, 4}, DType::Float64));
+  CHECK(a.grad().shape() == Shape{3, 0});
+  CHECK(b.grad().shape() == Shape{0, 4});
+  Tensor p = zeros({2, 0, 5, 5}, DType::Float64).requires_grad_();
+  ops::max_pool2d(p, {3, 3}, Size2{2, 2}, {1, 1}).sum().backward();
+  CHECK(p.grad().shape() == Shape{2, 0, 5, 5});
+}

@@ -468,12 +468,14 @@ namespace {
 
 using Outputs = std::vector<Tensor>;
 
+enum class Expect { Values, Error };
+
 // Runs f(device) on the CPU and on cuda:0 (f makes its inputs on that device from CPU values
-// and returns what to compare): either both return, with the same shapes and values (exact:
-// nothing is summed, or at most a few terms in one order, hence `atol`), or both throw a
-// minidl::Error with the same message, the CPU's clear error also on the device.
+// and returns what to compare). Expect::Values: both return, with the same shapes and values
+// (exact: nothing is summed, or at most a few terms in one order, hence `atol`). Expect::Error:
+// both throw a minidl::Error with the same message, the CPU's clear error also on the device.
 template <typename F>
-void check_same_outcome(const F& f, const std::string& what, double atol = 0.0) {
+void same_outcome(const F& f, const std::string& what, double atol, Expect expect) {
   INFO(what);
   Outputs want, got;
   std::string want_error = "none", got_error = "none";
@@ -488,6 +490,7 @@ void check_same_outcome(const F& f, const std::string& what, double atol = 0.0) 
     got_error = e.what();
   }
   INFO("error on the cpu: " << want_error << "\nerror on cuda:0: " << got_error);
+  REQUIRE((want_error != "none") == (expect == Expect::Error));
   REQUIRE(got_error == want_error);
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -499,15 +502,25 @@ void check_same_outcome(const F& f, const std::string& what, double atol = 0.0) 
   }
 }
 
+// Both devices return the same values (no error on either).
+template <typename F>
+void check_same_outcome(const F& f, const std::string& what, double atol = 0.0) {
+  same_outcome(f, what, atol, Expect::Values);
+}
+
+// Both devices throw the CPU's error, with the same message.
+template <typename F>
+void check_same_error(const F& f, const std::string& what) {
+  same_outcome(f, what, 0.0, Expect::Error);
+}
+
 // A leaf on `device` with t's values that requires grad (t a CPU float tensor; not mutated).
 Tensor leaf_on(const Tensor& t, Device device) { return t.to(device).detach().requires_grad_(); }
 
-// Empty shapes: no rows, no columns, neither, an empty middle dim, and [1, 0]. A zero-size dim
-// after the first dim of size > 1 also meets core's view(): Tensor::is_contiguous (core/tensor.cpp)
-// wants the stride 0 there that contiguous_strides (core/shape.cpp) never gives, so a fresh [5, 0]
-// tensor is "not contiguous" and view()/reshape() of it throw. Some ops (softmax along a dim, the
-// backward of sum) then throw on both devices alike; check_same_outcome accepts that, and passes
-// the kernels' results through once core is fixed.
+// Empty shapes: no rows, no columns, neither, an empty middle dim, and [1, 0]. A tensor with no
+// element is contiguous whatever its strides (Tensor::is_contiguous, core/tensor.cpp, PyTorch's
+// rule), so view()/reshape() of a fresh [5, 0] work and every op below reaches the kernels: only
+// the mean of nothing and a mean or argmax along an empty dim are errors (the CPU's, on both).
 const Shape kEmptyShapes[] = {Shape{0}, Shape{0, 5}, Shape{5, 0}, Shape{0, 0}, Shape{2, 0, 3}, Shape{1, 0}};
 
 }  // namespace
@@ -526,7 +539,7 @@ TEST_CASE("elementwise ops, reductions and softmax of empty tensors give the CPU
     check_same_outcome([&](Device d) { return Outputs{ops::relu(a.to(d)), a.to(d).eq(b.to(d))}; }, s + "relu, eq");
     check_same_outcome([&](Device d) { return Outputs{a.to(d).sum(), a.to(d).clone(), a.to(d).contiguous()}; },
                        s + "sum of nothing (0), clone, contiguous");
-    check_same_outcome([&](Device d) { return Outputs{a.to(d).mean()}; }, s + "mean of nothing (an error)");
+    check_same_error([&](Device d) { return Outputs{a.to(d).mean()}; }, s + "mean of nothing (an error)");
     // A backward through an empty product reaches the leaves with empty gradients.
     check_same_outcome(
         [&](Device d) {
@@ -539,8 +552,14 @@ TEST_CASE("elementwise ops, reductions and softmax of empty tensors give the CPU
       const std::string sd = s + "dim " + std::to_string(dim) + ", ";
       check_same_outcome([&](Device d) { return Outputs{a.to(d).sum(dim), a.to(d).sum(dim, true)}; },
                          sd + "sum over a dim: zeros or nothing");
-      check_same_outcome([&](Device d) { return Outputs{a.to(d).mean(dim)}; }, sd + "mean over a dim");
-      check_same_outcome([&](Device d) { return Outputs{a.to(d).argmax(dim)}; }, sd + "argmax over a dim");
+      // Along an empty dim: no element to average or to pick, the CPU's error on both.
+      if (shape[dim] == 0) {
+        check_same_error([&](Device d) { return Outputs{a.to(d).mean(dim)}; }, sd + "mean over an empty dim");
+        check_same_error([&](Device d) { return Outputs{a.to(d).argmax(dim)}; }, sd + "argmax over an empty dim");
+      } else {
+        check_same_outcome([&](Device d) { return Outputs{a.to(d).mean(dim)}; }, sd + "mean over a dim");
+        check_same_outcome([&](Device d) { return Outputs{a.to(d).argmax(dim)}; }, sd + "argmax over a dim");
+      }
       check_same_outcome([&](Device d) { return Outputs{ops::softmax(a.to(d), dim), ops::log_softmax(a.to(d), dim)}; },
                          sd + "softmax and log_softmax");
       check_same_outcome(
@@ -577,8 +596,8 @@ TEST_CASE("matmul and linear with an empty M, N or K give the CPU's values and g
     int64_t m, k, n;
   };
   // [M, K]·[K, N]: an empty output (M or N = 0: nothing to write) or an empty sum (K = 0: zeros,
-  // the bias, or relu of the bias), and gradients that are empty sums in turn. {1, 0, 1} keeps
-  // every tensor clear of core's zero-dim view issue, so its backward reaches the kernels.
+  // the bias, or relu of the bias), and gradients that are empty sums in turn ({1, 0, 1}: [1, 0]
+  // and [0, 1] operands; {3, 0, 4}: a [3, 0] one).
   const Case cases[] = {{0, 4, 3}, {3, 0, 4}, {3, 4, 0}, {0, 0, 0}, {1, 0, 1}, {1, 0, 5}};
   uint64_t seed = 1020;
   for (GemmImpl impl : {GemmImpl::Native, GemmImpl::Cublas}) {
@@ -665,7 +684,7 @@ TEST_CASE("copies, gathers, pools, conv, batch norm, dropout and random fills of
       },
       "conv2d of an empty batch");
   // Training over an empty batch has no variance: the CPU's error on both.
-  check_same_outcome(
+  check_same_error(
       [&](Device d) {
         return Outputs{ops::batch_norm(no_batch.to(d), Tensor(), Tensor(), Tensor(), Tensor(), true)};
       },
@@ -674,11 +693,12 @@ TEST_CASE("copies, gathers, pools, conv, batch norm, dropout and random fills of
 
 TEST_CASE("batch norm in evaluation over an empty batch gives dgamma = dbeta = 0 on the device",
           "[cuda][batch_norm][edges]") {
-  // Σ over no element is 0. But core/ops/batch_norm.cpp skips the forward kernels when x is empty,
-  // so save_mean and save_invstd are never written, and batch_norm_backward (batch_norm.cu, and
-  // the CPU's likewise) forms dγ = (Σ dy·(x - mean))·invstd = 0·invstd: NaN when the memory it
-  // was given held NaN or inf. Freed NaN blocks of their size just before the op make that the
-  // likely case on the device (the caching allocator hands back a freed block of the same size).
+  // Σ over no element is 0. batch_norm_backward (batch_norm.cu, and the CPU's likewise) forms
+  // dγ = (Σ dy·(x - mean))·invstd = 0·invstd from the forward's save_mean and save_invstd, so
+  // core/ops/batch_norm.cpp runs the forward also for an empty x, which writes them from the
+  // running statistics; left unwritten, dγ is NaN when that memory held NaN or inf. Freed NaN
+  // blocks of their size just before the op make that the likely case on the device (the
+  // caching allocator hands back a freed block of the same size).
   const Tensor x = random_cpu({0, 2, 5, 5}, 1038);
   const Tensor rm = random_cpu({2}, 1039).to(kGpu), rv = random_cpu({2}, 1040, 0.5, 2.0).to(kGpu);
   Tensor xd = x.to(kGpu).requires_grad_();
@@ -697,10 +717,10 @@ TEST_CASE("batch norm in evaluation over an empty batch gives dgamma = dbeta = 0
 
 TEST_CASE("batch norm in evaluation over zero channels runs forward and backward like the CPU",
           "[cuda][batch_norm][edges]") {
-  // x [1, 0, 3]: no channel at all (N = 1 keeps it clear of core's zero-dim view issue, so the
-  // backward reaches the backend). batch_norm_backward (batch_norm.cu) launches its per-channel
-  // sums kernel with one block per channel: with C = 0 a grid of 0 blocks, which CUDA refuses
-  // (cudaErrorInvalidConfiguration); the CPU loops over no channel.
+  // x [N, 0, 3]: no channel at all. batch_norm.cu launches its per-channel statistics and sums
+  // kernels with one block per channel: with C = 0 a grid of 0 blocks, which CUDA refuses
+  // (cudaErrorInvalidConfiguration), so its forward and backward return first; the CPU loops
+  // over no channel.
   for (const Shape& shape : {Shape{1, 0, 3}, Shape{2, 0, 3}}) {
     const Tensor x = zeros(shape);
     check_same_outcome(
