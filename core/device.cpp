@@ -1,6 +1,8 @@
 // Device parsing/printing, device discovery, and the backend registry (one switch).
 #include "core/device.h"
 
+#include <sstream>
+
 #include <charconv>
 
 #include "core/backend.h"
@@ -41,9 +43,11 @@ std::string cuda_device_name(int index) {
 }
 std::string cuda_devices_summary() {
   const int n = cuda_device_count();
-  std::string s = "(" + std::to_string(n) + " CUDA device(s)";
-  if (n > 0) s += ": " + cuda_device_name(0);
-  return s + ")";
+  std::ostringstream os;  // not string operator+: GCC 12 gives a false -Wrestrict on it at -O3
+  os << "(" << n << " CUDA device(s)";
+  if (n > 0) os << ": " << cuda_device_name(0);
+  os << ")";
+  return os.str();
 }
 Device default_device() { return cuda_is_available() ? Device::cuda(0) : Device::cpu(); }
 
