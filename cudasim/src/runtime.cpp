@@ -228,7 +228,9 @@ struct Capture {
 struct Registry {
   std::mutex mutex;
   std::set<cudaStream_t> streams;
-  std::set<cudaEvent_t> events;
+  // Events by handle. Work queued on a stream holds its own reference, so an event destroyed
+  // while a record or wait on it is still queued lives until that work has run, then is freed.
+  std::unordered_map<cudaEvent_t, std::shared_ptr<CUevent_st>> events;
   std::vector<cudaStream_t> legacy;  // per device, created on first use
   std::vector<std::shared_ptr<Capture>> captures;
   std::unordered_map<const void*, int> max_dynamic_shared;  // cudaFuncSetAttribute
@@ -968,10 +970,12 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
 // ---- events ----
 
 namespace {
-bool live_event(cudaEvent_t e) {
+// The event behind a handle, or null for a handle that is not a live event.
+std::shared_ptr<CUevent_st> live_event(cudaEvent_t e) {
   auto& r = cudasim::registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  return e != nullptr && r.events.count(e) != 0;
+  const auto it = e == nullptr ? r.events.end() : r.events.find(e);
+  return it == r.events.end() ? nullptr : it->second;
 }
 }  // namespace
 
@@ -981,19 +985,19 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   using namespace cudasim;
   if (event == nullptr || flags > (cudaEventBlockingSync | cudaEventDisableTiming)) return fail(cudaErrorInvalidValue);
   if (cudaError_t e = check_context(); e != cudaSuccess) return e;
-  auto* e = new CUevent_st();
+  auto e = std::make_shared<CUevent_st>();
   e->device = tl_device;
   e->flags = flags;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    r.events.insert(e);
+    r.events.emplace(e.get(), e);
   }
-  *event = e;
+  *event = e.get();
   return cudaSuccess;
 }
 
-// Like streams, an event object is kept after destruction (queued records may still touch it).
+// The handle dies at once; the object lives on while queued work still refers to it (see Registry).
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   auto& r = cudasim::registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -1001,9 +1005,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+cudaError_t cudaEventRecord(cudaEvent_t handle, cudaStream_t stream) {
   using namespace cudasim;
-  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  const std::shared_ptr<CUevent_st> event = live_event(handle);
+  if (!event) return fail(cudaErrorInvalidResourceHandle);
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
@@ -1019,18 +1024,20 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   });
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t event) {
+cudaError_t cudaEventQuery(cudaEvent_t handle) {
   using namespace cudasim;
-  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  const std::shared_ptr<CUevent_st> event = live_event(handle);
+  if (!event) return fail(cudaErrorInvalidResourceHandle);
   const cudaError_t sticky = sticky_of(event->device);
   if (sticky != cudaSuccess) return fail(sticky);
   std::lock_guard<std::mutex> lock(event->mutex);
   return event->completed >= event->recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+cudaError_t cudaEventSynchronize(cudaEvent_t handle) {
   using namespace cudasim;
-  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  const std::shared_ptr<CUevent_st> event = live_event(handle);
+  if (!event) return fail(cudaErrorInvalidResourceHandle);
   if (capture_prohibits()) return refuse_during_capture();
   {
     std::unique_lock<std::mutex> lock(event->mutex);
@@ -1041,10 +1048,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return sticky != cudaSuccess ? fail(sticky) : cudaSuccess;
 }
 
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t handle, unsigned flags) {
   using namespace cudasim;
   if (flags != 0) return fail(cudaErrorInvalidValue);
-  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  const std::shared_ptr<CUevent_st> event = live_event(handle);
+  if (!event) return fail(cudaErrorInvalidResourceHandle);
   uint64_t target = 0;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
@@ -1057,12 +1065,15 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   });
 }
 
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start_handle, cudaEvent_t end_handle) {
   using namespace cudasim;
   if (ms == nullptr) return fail(cudaErrorInvalidValue);
-  if (!live_event(start) || !live_event(end)) return fail(cudaErrorInvalidResourceHandle);
+  const std::shared_ptr<CUevent_st> start = live_event(start_handle), end = live_event(end_handle);
+  if (!start || !end) return fail(cudaErrorInvalidResourceHandle);
   if (((start->flags | end->flags) & cudaEventDisableTiming) != 0) return fail(cudaErrorInvalidResourceHandle);
-  std::scoped_lock lock(start->mutex, end->mutex);
+  // One event may be both ends (0 ms); locking its mutex twice would deadlock.
+  std::unique_lock<std::mutex> start_lock(start->mutex, std::defer_lock), end_lock(end->mutex, std::defer_lock);
+  if (end == start) start_lock.lock(); else std::lock(start_lock, end_lock);
   if (start->recorded == 0 || end->recorded == 0) return fail(cudaErrorInvalidResourceHandle);
   if (start->completed < start->recorded || end->completed < end->recorded) return fail(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
