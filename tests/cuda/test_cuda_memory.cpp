@@ -35,6 +35,24 @@ TEST_CASE("pinned host tensors copy to the device and their blocks are reused", 
   CHECK_THROWS_WITH(pin_memory(x.to(kGpu)), Catch::Contains("expected a CPU tensor"));
 }
 
+// A copy from pinned memory is asynchronous. Queued behind a slow matmul, it is still pending when
+// its pinned tensor dies and a tensor of the same size is pinned and filled; the pinned allocator
+// must not hand the block out again until the stream has passed the copy.
+TEST_CASE("a pinned block is not reused while a queued copy still reads it", "[cuda][memory]") {
+  const Tensor x = random_cpu({257, 3}, 41);
+  const Tensor a = random_cpu({384, 384}, 42).to(kGpu);
+  const Tensor busy = ops::matmul(a, a);  // queued first: keeps the stream busy
+  Tensor on_device;
+  {
+    const Tensor p = pin_memory(x);
+    on_device = p.to(kGpu);
+  }
+  const Tensor other = pin_memory(random_cpu({257, 3}, 43));  // may take p's block, filled at once
+  check_equal(on_device, x, "the copy of a pinned tensor freed while its copy was queued");
+  CHECK(is_pinned(other));
+  CHECK(busy.size(0) == 384);
+}
+
 TEST_CASE("contiguous of transposed, narrowed and expanded device views matches the CPU", "[cuda][memory]") {
   for (int64_t n : kSizes) {
     Tensor x = random_cpu({n, 7}, 20 + static_cast<uint64_t>(n));
