@@ -590,6 +590,13 @@ void device_trap(int code, const char* what) {
   fault_here(t, static_cast<cudaError_t>(code), what);
 }
 
+void misaligned_vector_access(const void* address, unsigned alignment, bool store) {
+  char what[160];
+  std::snprintf(what, sizeof what, "misaligned %u-byte vector %s at address %p", alignment, store ? "store" : "load",
+                address);
+  device_trap(cudaErrorMisalignedAddress, what);
+}
+
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t bits, int arg, int width) {
   sanitizer::IgnoreAccesses ignored;
   SimThread& t = current_thread(op_name(op));
