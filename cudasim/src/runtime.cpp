@@ -34,6 +34,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -241,8 +242,33 @@ Registry& registry() {
   return *r;
 }
 
+// The stream whose queued operation this host thread is running, and whether that operation has
+// already counted itself done (see count_done_with).
+thread_local cudaStream_t tl_running_stream = nullptr;
+thread_local bool tl_counted_done = false;
+
+// For an operation whose effect other host threads observe (an event record): counts it done on
+// its stream and applies `update` under `other` in one step, holding both locks, so no host thread
+// sees the event complete while its stream still reports that operation pending, or the reverse.
+void count_done_with(std::mutex& other, const std::function<void()>& update) {
+  cudaStream_t s = tl_running_stream;
+  if (s == nullptr) {
+    std::lock_guard<std::mutex> lock(other);
+    update();
+    return;
+  }
+  {
+    std::scoped_lock lock(s->mutex, other);
+    ++s->done;
+    update();
+  }
+  tl_counted_done = true;
+  s->changed.notify_all();
+}
+
 void stream_loop(cudaStream_t s) {
-  tl_device = s->device;  // the work it runs (and the faults it reports) belongs to the stream's device
+  tl_device = s->device;
+  tl_running_stream = s;  // the work it runs (and the faults it reports) belongs to the stream's device
   while (true) {
     Op op;
     {
@@ -254,6 +280,7 @@ void stream_loop(cudaStream_t s) {
     if (settings().stream_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(settings().stream_delay_us));
     // After a fault the device runs nothing more (its context is lost), but the stream still
     // drains, so waiters wake up and see the sticky error.
+    tl_counted_done = false;
     if (sticky_of(s->device) == cudaSuccess) {
       try {
         op.work();
@@ -261,7 +288,7 @@ void stream_loop(cudaStream_t s) {
         device_fault(cudaErrorLaunchFailure, op.what + " failed: " + e.what());
       }
     }
-    {
+    if (!tl_counted_done) {
       std::lock_guard<std::mutex> lock(s->mutex);
       ++s->done;
     }
@@ -1015,11 +1042,12 @@ cudaError_t cudaEventRecord(cudaEvent_t handle, cudaStream_t stream) {
     generation = ++event->recorded;
   }
   return enqueue(stream, "cudaEventRecord", [event, generation] {
-    {
-      std::lock_guard<std::mutex> lock(event->mutex);
+    // Done on the stream and complete at once: a host that has synchronised on the event finds the
+    // stream idle up to the record, as on the GPU.
+    count_done_with(event->mutex, [&] {
       event->completed = std::max(event->completed, generation);
       event->when = Clock::now();
-    }
+    });
     event->changed.notify_all();
   });
 }
