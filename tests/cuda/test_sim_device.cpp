@@ -439,11 +439,6 @@ __global__ void float4_sum_kernel(const float* x, float* out, int n4) {
   out[i] = v.x + v.y + v.z + v.w;
 }
 
-// A float4 store, each thread one vector.
-__global__ void float4_store_kernel(float* out) {
-  reinterpret_cast<float4*>(out)[threadIdx.x] = make_float4(1.0f, 2.0f, 3.0f, 4.0f);
-}
-
 // 7. Launch limits: a kernel that counts its blocks and remembers the largest blockIdx.y.
 __global__ void count_blocks_kernel(int* blocks, int* max_y) {
   if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0) return;
@@ -779,6 +774,13 @@ TEST_CASE("sim: aligned float4 loads read four consecutive floats and cudaMalloc
 // Under AddressSanitizer + UBSan, UBSan reports the misaligned reference first and stops the
 // process: these cases run in the plain and ThreadSanitizer builds.
 #if !defined(__SANITIZE_ADDRESS__)
+namespace {
+// A float4 store, each thread one vector.
+__global__ void float4_store_kernel(float* out) {
+  reinterpret_cast<float4*>(out)[threadIdx.x] = make_float4(1.0f, 2.0f, 3.0f, 4.0f);
+}
+}  // namespace
+
 TEST_CASE("sim: a misaligned float4 load or store is a sticky cudaErrorMisalignedAddress fault, as on the GPU", "[cuda][sim]") {
   start_clean();
   DeviceBuffer<float> dx(4 * 64 + 8), out(4 * 64 + 8);
