@@ -53,6 +53,29 @@ TEST_CASE("a pinned block is not reused while a queued copy still reads it", "[c
   CHECK(busy.size(0) == 384);
 }
 
+// A copy to another device runs on the destination's stream, here kept busy by a matmul queued
+// first. The copy's source dies as soon as the copy returns and a tensor of the same size is
+// made on the source device, which may take its block and is written at once (that device is
+// idle): the copy must have read its source before it returned. On a machine with one device,
+// the copy within it is what is checked.
+TEST_CASE("a copy to another device has read its source when it returns, so the source may be freed and reused",
+          "[cuda][memory]") {
+  const Device other = cuda_device_count() > 1 ? Device::cuda(1) : kGpu;
+  INFO("copy from " << kGpu << " to " << other);
+  const Tensor x = random_cpu({257, 3}, 51);
+  const Tensor a = random_cpu({384, 384}, 52).to(other);
+  const Tensor busy = ops::matmul(a, a);  // queued first on the destination's stream
+  Tensor copied;
+  {
+    const Tensor source = x.to(kGpu);
+    copied = source.to(other);
+  }
+  const Tensor reuse = random_cpu({257, 3}, 53).to(kGpu);  // may take the source's block
+  check_equal(copied, x, "a copy whose source was freed and its block reused right after the copy returned");
+  CHECK(reuse.device() == kGpu);
+  CHECK(busy.size(0) == 384);
+}
+
 TEST_CASE("contiguous of transposed, narrowed and expanded device views matches the CPU", "[cuda][memory]") {
   for (int64_t n : kSizes) {
     Tensor x = random_cpu({n, 7}, 20 + static_cast<uint64_t>(n));
