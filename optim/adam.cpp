@@ -1,4 +1,5 @@
-// optim::Adam / AdamW: option checks, per-parameter state and the call to Backend::adam_step.
+// optim::Adam / AdamW: option checks (of the optimizer and of each group), per-parameter state and
+// the call to Backend::adam_step with the options of the parameter's group.
 #include "optim/adam.h"
 
 #include <cmath>
@@ -9,13 +10,26 @@
 namespace minidl::optim {
 
 namespace {
-void check_options(const AdamOptions& o, const char* optimizer) {
-  MINIDL_CHECK(std::isfinite(o.lr) && o.lr >= 0, optimizer, ": invalid learning rate ", o.lr,
+// `where` is "" for the optimizer's own options, " in param group <g>" for a group's.
+void check_options(const AdamOptions& o, const char* optimizer, const std::string& where) {
+  MINIDL_CHECK(std::isfinite(o.lr) && o.lr >= 0, optimizer, ": invalid learning rate ", o.lr, where,
                " (expected a finite lr >= 0)");
-  MINIDL_CHECK(o.beta1 >= 0 && o.beta1 < 1, optimizer, ": invalid beta1 ", o.beta1, " (expected 0 <= beta1 < 1)");
-  MINIDL_CHECK(o.beta2 >= 0 && o.beta2 < 1, optimizer, ": invalid beta2 ", o.beta2, " (expected 0 <= beta2 < 1)");
-  MINIDL_CHECK(o.eps >= 0, optimizer, ": invalid eps ", o.eps, " (expected >= 0)");
-  MINIDL_CHECK(o.weight_decay >= 0, optimizer, ": invalid weight_decay ", o.weight_decay, " (expected >= 0)");
+  MINIDL_CHECK(o.beta1 >= 0 && o.beta1 < 1, optimizer, ": invalid beta1 ", o.beta1, where,
+               " (expected 0 <= beta1 < 1)");
+  MINIDL_CHECK(o.beta2 >= 0 && o.beta2 < 1, optimizer, ": invalid beta2 ", o.beta2, where,
+               " (expected 0 <= beta2 < 1)");
+  MINIDL_CHECK(o.eps >= 0, optimizer, ": invalid eps ", o.eps, where, " (expected >= 0)");
+  MINIDL_CHECK(o.weight_decay >= 0, optimizer, ": invalid weight_decay ", o.weight_decay, where, " (expected >= 0)");
+}
+
+// The optimizer's options, checked, as the defaults of its groups.
+GroupOptions checked_defaults(const AdamOptions& o, const char* optimizer) {
+  check_options(o, optimizer, "");
+  return GroupOptions{.lr = o.lr, .weight_decay = o.weight_decay, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps};
+}
+
+std::map<std::string, double> hyperparameters_of(const AdamOptions& o) {
+  return {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}, {"weight_decay", o.weight_decay}};
 }
 
 AdamOptions as_adam_options(const AdamWOptions& o) { return AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}; }
@@ -26,8 +40,11 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions o) : Adam(single_group(std::m
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o) : Adam(std::move(groups), o, false, "Adam") {}
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled_weight_decay, const char* optimizer)
-    : Optimizer(std::move(groups), optimizer), options_(o), decoupled_weight_decay_(decoupled_weight_decay) {
-  check_options(o, optimizer);
+    : Optimizer(std::move(groups), optimizer, checked_defaults(o, optimizer)),
+      options_(o),
+      decoupled_weight_decay_(decoupled_weight_decay) {
+  for (size_t g = 0; g < param_groups().size(); ++g)
+    check_options(group_options(param_groups()[g]), optimizer, detail::make_message(" in param group ", g));
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o) : AdamW(single_group(std::move(params), o.lr), o) {}
@@ -42,11 +59,20 @@ const AdamParamState* Adam::find_state(const Tensor& param) const {
 
 AdamParamState& Adam::state(const Tensor& param) { return state_[param.impl()]; }
 
-std::map<std::string, double> Adam::hyperparameters() const {
-  return {{"beta1", options_.beta1},
-          {"beta2", options_.beta2},
-          {"eps", options_.eps},
-          {"weight_decay", options_.weight_decay}};
+// value_or: an option unset after construction (cleared by hand) falls back to the optimizer's.
+AdamOptions Adam::group_options(const ParamGroup& group) const {
+  const GroupOptions& o = group.options;
+  return AdamOptions{.lr = group.lr,
+                     .beta1 = o.beta1.value_or(options_.beta1),
+                     .beta2 = o.beta2.value_or(options_.beta2),
+                     .eps = o.eps.value_or(options_.eps),
+                     .weight_decay = o.weight_decay.value_or(options_.weight_decay)};
+}
+
+std::map<std::string, double> Adam::hyperparameters() const { return hyperparameters_of(options_); }
+
+std::map<std::string, double> Adam::group_hyperparameters(const ParamGroup& group) const {
+  return hyperparameters_of(group_options(group));
 }
 
 Optimizer::ParamState Adam::export_param_state(const Tensor& param) const {
@@ -59,7 +85,7 @@ Optimizer::ParamState Adam::export_param_state(const Tensor& param) const {
   return out;
 }
 
-std::string Adam::check_param_state(const ParamState& s) const {
+std::string Adam::check_param_state(const ParamState& s, const ParamGroup& /*group*/) const {
   const bool complete = s.tensors.count("exp_avg") && s.tensors.count("exp_avg_sq") && s.counters.count("step");
   if (!complete) return "needs exp_avg, exp_avg_sq and step together";
   if (s.counters.at("step") == 0) return "step is 0, but moments are given (a state starts at step 1)";
@@ -79,6 +105,7 @@ void Adam::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
 void Adam::step() {
   NoGradGuard no_grad;
   for (auto& group : param_groups()) {
+    const AdamOptions o = group_options(group);
     for (Tensor& param : group.params) {
       const Tensor grad = gradient_for_update(param);
       if (!grad.defined()) continue;
@@ -89,11 +116,11 @@ void Adam::step() {
       if (s.exp_avg_sq.device() != param.device()) s.exp_avg_sq = s.exp_avg_sq.to(param.device());
       s.step += 1;
       AdamConfig cfg;
-      cfg.lr = group.lr;
-      cfg.beta1 = options_.beta1;
-      cfg.beta2 = options_.beta2;
-      cfg.eps = options_.eps;
-      cfg.weight_decay = options_.weight_decay;
+      cfg.lr = o.lr;
+      cfg.beta1 = o.beta1;
+      cfg.beta2 = o.beta2;
+      cfg.eps = o.eps;
+      cfg.weight_decay = o.weight_decay;
       cfg.decoupled_weight_decay = decoupled_weight_decay_;
       cfg.step = s.step;
       backend_for(param.device()).adam_step(param, grad, s.exp_avg, s.exp_avg_sq, cfg);

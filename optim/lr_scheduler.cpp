@@ -1,4 +1,4 @@
-// LR schedules: the shared epoch bookkeeping and the two closed forms.
+// LR schedules: the shared step bookkeeping and the closed forms.
 #include "optim/lr_scheduler.h"
 
 #include <cmath>
@@ -14,6 +14,10 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
 
 void LRScheduler::step() {
   ++epoch_;
+  apply_lrs();
+}
+
+void LRScheduler::apply_lrs() {
   auto& groups = optimizer_.param_groups();
   MINIDL_CHECK(groups.size() == base_lrs_.size(), "LRScheduler: the optimizer had ", base_lrs_.size(),
                " param groups when the scheduler was made and has ", groups.size(), " now");
@@ -83,6 +87,38 @@ double CosineAnnealingLR::lr_at(int64_t t, double base_lr) const {
 
 std::map<std::string, double> CosineAnnealingLR::hyperparameters() const {
   return {{"t_max", static_cast<double>(t_max_)}, {"eta_min", eta_min_}};
+}
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_iters, int64_t lr_decay_iters,
+                               double min_lr_ratio)
+    : LRScheduler(optimizer),
+      warmup_iters_(warmup_iters),
+      lr_decay_iters_(lr_decay_iters),
+      min_lr_ratio_(min_lr_ratio) {
+  MINIDL_CHECK(warmup_iters >= 0, "WarmupCosineLR: warmup_iters must be >= 0, got ", warmup_iters);
+  MINIDL_CHECK(lr_decay_iters > warmup_iters, "WarmupCosineLR: lr_decay_iters must be greater than warmup_iters, got ",
+               "lr_decay_iters ", lr_decay_iters, " and warmup_iters ", warmup_iters);
+  MINIDL_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "WarmupCosineLR: min_lr_ratio must be in [0, 1] (a minimum lr ",
+               "of at most the base lr), got ", min_lr_ratio);
+  apply_lrs();  // t = 0 is already in the warm-up: lr(0) = base / (W + 1)
+}
+
+double WarmupCosineLR::lr_at(int64_t t, double base_lr) const {
+  const double min_lr = min_lr_ratio_ * base_lr;
+  if (t < warmup_iters_) {
+    return base_lr * static_cast<double>(t + 1) / static_cast<double>(warmup_iters_ + 1);
+  }
+  if (t > lr_decay_iters_) return min_lr;
+  const double decay_ratio =
+      static_cast<double>(t - warmup_iters_) / static_cast<double>(lr_decay_iters_ - warmup_iters_);  // 0..1
+  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * decay_ratio));                       // 1..0
+  return min_lr + coeff * (base_lr - min_lr);
+}
+
+std::map<std::string, double> WarmupCosineLR::hyperparameters() const {
+  return {{"warmup_iters", static_cast<double>(warmup_iters_)},
+          {"lr_decay_iters", static_cast<double>(lr_decay_iters_)},
+          {"min_lr_ratio", min_lr_ratio_}};
 }
 
 }  // namespace minidl::optim

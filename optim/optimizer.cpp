@@ -1,5 +1,5 @@
-// optim::Optimizer: parameter-group checks, zero_grad and the gradient fetch shared by the
-// update loops.
+// optim::Optimizer: parameter-group checks, each group's options completed from the optimizer's,
+// zero_grad and the gradient fetch shared by the update loops.
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -7,12 +7,40 @@
 
 namespace minidl::optim {
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups, std::string optimizer)
+namespace {
+
+// PyTorch's rule for one option of a group: the group's own value, else the optimizer's. An
+// option the optimizer does not have (unset in its defaults) may not be set by a group.
+template <typename T>
+void inherit_option(std::optional<T>& group_value, const std::optional<T>& optimizer_value, const char* option,
+                    const std::string& optimizer, size_t g) {
+  MINIDL_CHECK(optimizer_value.has_value() || !group_value.has_value(), optimizer, ": param group ", g, " sets ",
+               option, ", which ", optimizer, " does not have");
+  if (!group_value.has_value()) group_value = optimizer_value;
+}
+
+void complete_group_options(GroupOptions& group, const GroupOptions& defaults, const std::string& optimizer, size_t g) {
+  inherit_option(group.lr, defaults.lr, "lr", optimizer, g);
+  inherit_option(group.weight_decay, defaults.weight_decay, "weight_decay", optimizer, g);
+  inherit_option(group.beta1, defaults.beta1, "beta1", optimizer, g);
+  inherit_option(group.beta2, defaults.beta2, "beta2", optimizer, g);
+  inherit_option(group.eps, defaults.eps, "eps", optimizer, g);
+  inherit_option(group.momentum, defaults.momentum, "momentum", optimizer, g);
+  inherit_option(group.dampening, defaults.dampening, "dampening", optimizer, g);
+  inherit_option(group.nesterov, defaults.nesterov, "nesterov", optimizer, g);
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, std::string optimizer, const GroupOptions& defaults)
     : groups_(std::move(groups)), name_(std::move(optimizer)) {
+  MINIDL_INTERNAL_ASSERT(defaults.lr.has_value(), name_, ": every optimizer has an lr");
   size_t total = 0;
   std::unordered_set<const TensorImpl*> seen;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const ParamGroup& group = groups_[g];
+    ParamGroup& group = groups_[g];
+    complete_group_options(group.options, defaults, name_, g);
+    group.lr = group.options.lr.value_or(0.0);
     MINIDL_CHECK(std::isfinite(group.lr) && group.lr >= 0, name_, ": invalid learning rate ", group.lr,
                  " in param group ", g, " (expected a finite lr >= 0)");
     for (size_t i = 0; i < group.params.size(); ++i) {
@@ -50,7 +78,7 @@ Tensor Optimizer::gradient_for_update(const Tensor& param) const {
 
 std::vector<ParamGroup> single_group(std::vector<Tensor> params, double lr) {
   std::vector<ParamGroup> groups;
-  groups.push_back(ParamGroup{std::move(params), lr});
+  groups.emplace_back(std::move(params), lr);
   return groups;
 }
 

@@ -1,4 +1,5 @@
-// optim::SGD: option checks and the per-parameter call to Backend::sgd_step.
+// optim::SGD: option checks (of the optimizer and of each group) and the per-parameter call to
+// Backend::sgd_step with the options of the parameter's group.
 #include "optim/sgd.h"
 
 #include <cmath>
@@ -9,20 +10,48 @@
 namespace minidl::optim {
 
 namespace {
-void check_options(const SGDOptions& o) {
-  MINIDL_CHECK(std::isfinite(o.lr) && o.lr >= 0, "SGD: invalid learning rate ", o.lr, " (expected a finite lr >= 0)");
-  MINIDL_CHECK(o.momentum >= 0, "SGD: invalid momentum ", o.momentum, " (expected >= 0)");
-  MINIDL_CHECK(o.weight_decay >= 0, "SGD: invalid weight_decay ", o.weight_decay, " (expected >= 0)");
+// `where` is "" for the optimizer's own options, " in param group <g>" for a group's.
+void check_options(const SGDOptions& o, const std::string& where) {
+  MINIDL_CHECK(std::isfinite(o.lr) && o.lr >= 0, "SGD: invalid learning rate ", o.lr, where,
+               " (expected a finite lr >= 0)");
+  MINIDL_CHECK(o.momentum >= 0, "SGD: invalid momentum ", o.momentum, where, " (expected >= 0)");
+  MINIDL_CHECK(o.weight_decay >= 0, "SGD: invalid weight_decay ", o.weight_decay, where, " (expected >= 0)");
   MINIDL_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
                "SGD: nesterov momentum requires momentum > 0 and dampening == 0, got momentum ", o.momentum,
-               " and dampening ", o.dampening);
+               " and dampening ", o.dampening, where);
+}
+
+// The optimizer's options, checked, as the defaults of its groups.
+GroupOptions checked_defaults(const SGDOptions& o) {
+  check_options(o, "");
+  return GroupOptions{.lr = o.lr, .weight_decay = o.weight_decay, .momentum = o.momentum, .dampening = o.dampening,
+                      .nesterov = o.nesterov};
+}
+
+std::map<std::string, double> hyperparameters_of(const SGDOptions& o) {
+  return {{"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0}};
 }
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions o) : SGD(single_group(std::move(params), o.lr), o) {}
 
-SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : Optimizer(std::move(groups), "SGD"), options_(o) {
-  check_options(o);
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o)
+    : Optimizer(std::move(groups), "SGD", checked_defaults(o)), options_(o) {
+  for (size_t g = 0; g < param_groups().size(); ++g)
+    check_options(group_options(param_groups()[g]), detail::make_message(" in param group ", g));
+}
+
+// value_or: an option unset after construction (cleared by hand) falls back to the optimizer's.
+SGDOptions SGD::group_options(const ParamGroup& group) const {
+  const GroupOptions& o = group.options;
+  return SGDOptions{.lr = group.lr,
+                    .momentum = o.momentum.value_or(options_.momentum),
+                    .dampening = o.dampening.value_or(options_.dampening),
+                    .weight_decay = o.weight_decay.value_or(options_.weight_decay),
+                    .nesterov = o.nesterov.value_or(options_.nesterov)};
 }
 
 const SGDParamState* SGD::find_state(const Tensor& param) const {
@@ -32,11 +61,10 @@ const SGDParamState* SGD::find_state(const Tensor& param) const {
 
 SGDParamState& SGD::state(const Tensor& param) { return state_[param.impl()]; }
 
-std::map<std::string, double> SGD::hyperparameters() const {
-  return {{"momentum", options_.momentum},
-          {"dampening", options_.dampening},
-          {"weight_decay", options_.weight_decay},
-          {"nesterov", options_.nesterov ? 1.0 : 0.0}};
+std::map<std::string, double> SGD::hyperparameters() const { return hyperparameters_of(options_); }
+
+std::map<std::string, double> SGD::group_hyperparameters(const ParamGroup& group) const {
+  return hyperparameters_of(group_options(group));
 }
 
 Optimizer::ParamState SGD::export_param_state(const Tensor& param) const {
@@ -46,8 +74,9 @@ Optimizer::ParamState SGD::export_param_state(const Tensor& param) const {
   return out;
 }
 
-std::string SGD::check_param_state(const ParamState& s) const {
-  if (!s.tensors.empty() && options_.momentum == 0) return "a momentum buffer, but this SGD has momentum 0";
+std::string SGD::check_param_state(const ParamState& s, const ParamGroup& group) const {
+  if (!s.tensors.empty() && group_options(group).momentum == 0)
+    return "a momentum buffer, but its group has momentum 0";
   return "";
 }
 
@@ -62,18 +91,19 @@ void SGD::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
 void SGD::step() {
   NoGradGuard no_grad;
   for (auto& group : param_groups()) {
+    const SGDOptions o = group_options(group);
     for (Tensor& param : group.params) {
       const Tensor grad = gradient_for_update(param);
       if (!grad.defined()) continue;
       SGDConfig cfg;
-      cfg.lr = group.lr;
-      cfg.momentum = options_.momentum;
-      cfg.dampening = options_.dampening;
-      cfg.weight_decay = options_.weight_decay;
-      cfg.nesterov = options_.nesterov;
+      cfg.lr = o.lr;
+      cfg.momentum = o.momentum;
+      cfg.dampening = o.dampening;
+      cfg.weight_decay = o.weight_decay;
+      cfg.nesterov = o.nesterov;
       Tensor no_buffer;
       Tensor* buffer = &no_buffer;
-      if (options_.momentum != 0) {
+      if (o.momentum != 0) {
         SGDParamState& s = state(param);
         cfg.first_step = !s.momentum_buffer.defined();
         if (cfg.first_step) {

@@ -1,7 +1,9 @@
 // Tests for optim/optimizer_state.cpp and the scheduler state: an optimizer (SGD with
-// momentum, Adam, AdamW) and a schedule restored from state_dict() continue bit for bit like the
-// originals; entries are keyed by parameter name; loads are all or nothing with one error that
-// lists each problem; a loaded state is a private copy.
+// momentum, Adam, AdamW, AdamW with param groups of their own options) and a schedule restored
+// from state_dict() continue bit for bit like the originals; entries are keyed by parameter name;
+// each group's members and options are saved and must match on load; a state written before
+// groups had options still loads; loads are all or nothing with one error that lists each
+// problem; a loaded state is a private copy.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -223,4 +225,144 @@ TEST_CASE("scheduler load_state refuses another schedule, other hyperparameters 
   optim::LRSchedulerState negative = s;
   negative.last_epoch = -2;
   CHECK_THROWS_WITH(other_gamma.load_state(negative), Catch::Contains("last_epoch is negative"));
+}
+
+namespace {
+
+// The GPT recipe on TwoParams: weight decay on the 2-D weight only.
+std::unique_ptr<optim::AdamW> decay_weight_only(const TwoParams& p, double weight_decay = 0.1) {
+  return std::make_unique<optim::AdamW>(
+      std::vector<optim::ParamGroup>{{{p.w}, {.weight_decay = weight_decay}}, {{p.b}, {.weight_decay = 0.0}}},
+      optim::AdamWOptions{.lr = 0.02, .beta2 = 0.99});
+}
+
+}  // namespace
+
+TEST_CASE("optimizer state_dict saves each group's parameter names and options", "[optim]") {
+  TwoParams p(0);
+  auto adamw = decay_weight_only(p);
+  const optim::OptimizerState s = adamw->state_dict(p.named());
+  REQUIRE(s.param_groups.size() == 2);
+  CHECK(s.param_groups[0].params == std::vector<std::string>{"fc.weight"});
+  CHECK(s.param_groups[1].params == std::vector<std::string>{"fc.bias"});
+  CHECK(s.param_groups[0].options.at("weight_decay") == 0.1);
+  CHECK(s.param_groups[1].options.at("weight_decay") == 0.0);
+  CHECK(s.param_groups[1].options.at("beta2") == 0.99);  // inherited, saved all the same
+  CHECK(s.param_groups[0].options.count("lr") == 0);     // the lrs are group_lrs
+  CHECK(s.group_lrs == std::vector<double>{0.02, 0.02});
+  CHECK(s.hyperparameters.at("weight_decay") == 1e-2);  // the optimizer's own (default) value
+}
+
+TEST_CASE("AdamW with two groups and a WarmupCosineLR resumes bit for bit from their states", "[optim]") {
+  TwoParams a(0), b(1);
+  auto opt_a = decay_weight_only(a);
+  opt_a->param_groups()[1].lr = 0.005;  // a group with its own lr too: the schedule scales it
+  optim::WarmupCosineLR sched_a(*opt_a, /*warmup_iters=*/2, /*lr_decay_iters=*/6, /*min_lr_ratio=*/0.1);
+  for (size_t k = 0; k < 3; ++k) {  // into the cosine part
+    a.set_grads(k);
+    opt_a->step();
+    sched_a.step();
+  }
+  const optim::OptimizerState saved_opt = opt_a->state_dict(a.named());
+  const optim::LRSchedulerState saved_sched = sched_a.state();
+  CHECK(saved_sched.scheduler == "WarmupCosineLR");
+  CHECK(saved_sched.last_epoch == 3);
+  CHECK(saved_sched.base_lrs == std::vector<double>{0.02, 0.005});
+
+  auto opt_b = decay_weight_only(b);
+  optim::WarmupCosineLR sched_b(*opt_b, 2, 6, 0.1);
+  b.copy_values(a);
+  sched_b.load_state(saved_sched);
+  opt_b->load_state_dict(saved_opt, b.named());
+  CHECK(opt_b->param_groups()[0].lr == opt_a->param_groups()[0].lr);
+  CHECK(opt_b->param_groups()[1].lr == opt_a->param_groups()[1].lr);
+  for (size_t k = 3; k < 9; ++k) {  // through the end of the decay and past it
+    a.set_grads(k);
+    b.set_grads(k);
+    opt_a->step();
+    opt_b->step();
+    sched_a.step();
+    sched_b.step();
+    CHECK(sched_b.last_lr() == sched_a.last_lr());
+  }
+  CHECK(same_bits(a.w, b.w));
+  CHECK(same_bits(a.b, b.b));
+  CHECK(opt_b->param_groups()[1].lr == 0.1 * 0.005);  // past lr_decay_iters: the group's minimum
+}
+
+TEST_CASE("optimizer load_state_dict refuses a state written with other groups", "[optim]") {
+  TwoParams p(0);
+  auto two_groups = decay_weight_only(p);
+  p.set_grads(0);
+  two_groups->step();
+  const optim::OptimizerState saved = two_groups->state_dict(p.named());
+
+  optim::AdamW one_group(p.list(), {.lr = 0.02, .beta2 = 0.99});
+  CHECK_THROWS_WITH(one_group.load_state_dict(saved, p.named()),
+                    Catch::Contains("the state has 2 param group(s), this AdamW has 1"));
+
+  optim::AdamW swapped({{{p.b}, {.weight_decay = 0.1}}, {{p.w}, {.weight_decay = 0.0}}}, {.lr = 0.02, .beta2 = 0.99});
+  try {
+    swapped.load_state_dict(saved, p.named());
+    FAIL("load_state_dict accepted groups with other members");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("param group 0 holds [fc.weight] in the state, [fc.bias] here"));
+    CHECK_THAT(msg, Catch::Contains("param group 1 holds [fc.bias] in the state, [fc.weight] here"));
+  }
+
+  TwoParams q(0);
+  auto other_decay = decay_weight_only(q, /*weight_decay=*/0.05);
+  other_decay->param_groups()[0].lr = 0.5;
+  CHECK_THROWS_WITH(other_decay->load_state_dict(saved, q.named()),
+                    Catch::Contains("param group 0: weight_decay is 0.1 in the state, 0.05 here"));
+  CHECK(other_decay->param_groups()[0].lr == 0.5);  // nothing was loaded
+  CHECK(other_decay->find_state(q.w) == nullptr);
+
+  optim::OptimizerState unknown = saved;
+  unknown.param_groups[1].options["momentum"] = 0.9;
+  unknown.param_groups[0].options.erase("beta1");
+  try {
+    two_groups->load_state_dict(unknown, p.named());
+    FAIL("load_state_dict accepted group options AdamW does not have");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("param group 1: unknown option momentum"));
+    CHECK_THAT(msg, Catch::Contains("param group 0: option beta1 is missing"));
+  }
+}
+
+TEST_CASE("a state without group options (the earlier format) still loads", "[optim]") {
+  // Written before groups had options: one set of hyperparameters, one lr per group.
+  TwoParams a(0), b(1);
+  optim::AdamW opt_a(a.list(), {.lr = 0.01, .weight_decay = 0.05});
+  for (size_t k = 0; k < 2; ++k) {
+    a.set_grads(k);
+    opt_a.step();
+  }
+  optim::OptimizerState old = opt_a.state_dict(a.named());
+  old.param_groups.clear();
+  optim::AdamW opt_b(b.list(), {.lr = 0.01, .weight_decay = 0.05});
+  b.copy_values(a);
+  opt_b.load_state_dict(old, b.named());
+  for (size_t k = 2; k < 5; ++k) {
+    a.set_grads(k);
+    b.set_grads(k);
+    opt_a.step();
+    opt_b.step();
+  }
+  CHECK(same_bits(a.w, b.w));
+  CHECK(same_bits(a.b, b.b));
+
+  // Every group then used the optimizer's options: a group that sets its own is refused.
+  optim::AdamW split({{{b.w}}, {{b.b}, {.weight_decay = 0.0}}}, {.lr = 0.01, .weight_decay = 0.05});
+  optim::OptimizerState old_two_groups = old;
+  old_two_groups.group_lrs = {0.01, 0.01};
+  CHECK_THROWS_WITH(split.load_state_dict(old_two_groups, b.named()),
+                    Catch::Contains("param group 1: weight_decay is 0.05 in the state (which has one set of options "
+                                    "for all groups), 0 here"));
+  // Named type: `{{{b.w}}, {{b.b}}}` alone would also read as a list of two tensors.
+  optim::AdamW two_plain(std::vector<optim::ParamGroup>{{{b.w}}, {{b.b}}}, {.lr = 0.01, .weight_decay = 0.05});
+  two_plain.load_state_dict(old_two_groups, b.named());
+  CHECK(two_plain.find_state(b.b)->step == 2);
 }

@@ -1,6 +1,7 @@
 // Tests for optim/sgd.* and optim/optimizer.*: the SGD rules (plain, momentum with
 // dampening, Nesterov with weight decay) against sequences computed here by hand in double,
-// parameter groups, skipped parameters, exposed state and the option / parameter errors.
+// parameter groups (their own lrs and options, the rest taken from the optimizer), skipped
+// parameters, exposed state and the option / parameter errors.
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -90,6 +91,64 @@ TEST_CASE("SGD param groups use their own learning rates", "[optim]") {
   check_close(a, {1.0 - 0.1 * sum, 2.0 + 0.1 * sum});
   check_close(b, {3.0 - 0.5 * 2.0 * sum});
   CHECK(sgd.param_groups()[1].lr == 0.5);
+}
+
+TEST_CASE("SGD param groups use their own momentum, dampening, weight decay and nesterov", "[optim]") {
+  Tensor a = param64(kStart), b = param64(kStart), c = param64(kStart);
+  optim::SGD sgd({{{a}, {.lr = 0.1, .weight_decay = 0.01, .momentum = 0.8, .nesterov = true}},
+                  {{b}, {.dampening = 0.3}},
+                  {{c}, {.momentum = 0.0}}},
+                 {.lr = 0.05, .momentum = 0.9});
+  HandSGD hand_a{0.1, 0.8, 0.0, 0.01, true, {}};
+  HandSGD hand_b{0.05, 0.9, 0.3, 0.0, false, {}};
+  HandSGD hand_c{0.05, 0.0, 0.0, 0.0, false, {}};
+  std::vector<double> ea = kStart, eb = kStart, ec = kStart;
+  for (size_t k = 0; k < kGrads.size(); ++k) {
+    for (Tensor* p : {&a, &b, &c}) p->set_grad(from_vector<double>(kGrads[k]));
+    sgd.step();
+    hand_a.step(ea, kGrads[k]);
+    hand_b.step(eb, kGrads[k]);
+    hand_c.step(ec, kGrads[k]);
+    INFO("step " << k + 1);
+    check_close(a, ea);
+    check_close(b, eb);
+    check_close(c, ec);
+  }
+  check_close(sgd.find_state(b)->momentum_buffer, hand_b.buf);
+  // The group without momentum keeps no buffer, though the optimizer's momentum is 0.9.
+  CHECK((sgd.find_state(c) == nullptr || !sgd.find_state(c)->momentum_buffer.defined()));
+}
+
+TEST_CASE("an SGD group given no options, or only an lr, takes the rest from the optimizer", "[optim]") {
+  Tensor a = param64({1.0}), b = param64({2.0});
+  // `{}` is "no options", not lr 0.
+  optim::SGD sgd({{{a}, {}}, {{b}, 0.5}}, {.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
+  const auto& groups = sgd.param_groups();
+  CHECK(groups[0].lr == 0.05);
+  CHECK(groups[1].lr == 0.5);
+  for (const auto& group : groups) {
+    CHECK(group.options.momentum == 0.9);
+    CHECK(group.options.dampening == 0.1);
+    CHECK(group.options.weight_decay == 0.01);
+    CHECK(group.options.nesterov == false);
+    CHECK_FALSE(group.options.beta1.has_value());  // not an SGD option
+  }
+  CHECK(sgd.group_options(groups[1]).lr == 0.5);
+  CHECK(sgd.group_options(groups[1]).momentum == 0.9);
+}
+
+TEST_CASE("SGD rejects bad group options, naming the group", "[optim]") {
+  Tensor a = param64({1.0}), b = param64({2.0});
+  CHECK_THROWS_WITH(optim::SGD({{{a}}, {{b}, {.weight_decay = -0.5}}}, {}),
+                    Catch::Contains("SGD: invalid weight_decay -0.5 in param group 1 (expected >= 0)"));
+  CHECK_THROWS_WITH(optim::SGD({{{a}, {.momentum = -0.9}}}, {}),
+                    Catch::Contains("SGD: invalid momentum -0.9 in param group 0"));
+  // The group's nesterov meets the optimizer's dampening.
+  CHECK_THROWS_WITH(optim::SGD({{{a}, {.nesterov = true}}}, {.momentum = 0.9, .dampening = 0.2}),
+                    Catch::Contains("nesterov momentum requires momentum > 0 and dampening == 0, got momentum 0.9 "
+                                    "and dampening 0.2 in param group 0"));
+  CHECK_THROWS_WITH(optim::SGD({{{a}, {.beta2 = 0.99}}}, {}),
+                    Catch::Contains("SGD: param group 0 sets beta2, which SGD does not have"));
 }
 
 TEST_CASE("SGD skips parameters whose grad is undefined", "[optim]") {
