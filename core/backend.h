@@ -22,6 +22,7 @@
 #include <string>
 
 #include "core/conv_geometry.h"
+#include "core/ops/gelu.h"  // GeluApproximate
 #include "core/tensor.h"
 
 namespace minidl {
@@ -221,6 +222,33 @@ class Backend {
   // mask[i] = 1/(1 − p) where Philox counter offset + i gives a uniform u < 1 − p, else 0
   // (inverted dropout; p = 1 gives all zeros). mask is float32 or float64.
   virtual void dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) = 0;
+
+  // ==== transformer layers: layer norm, GELU, embedding ====
+  // Layer norm over each row of x [rows, D] (D >= 1): mean_r and the biased variance var_r of
+  // the row, rstd_r = 1/sqrt(var_r + eps), y = (x − mean_r)·rstd_r·weight + bias (weight and
+  // bias [D] may be undefined: 1 and 0); mean and rstd [rows] receive the statistics backward reads.
+  virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                                  Tensor& mean, Tensor& rstd) = 0;
+  // From dy [rows, D] and forward's mean and rstd, with x̂ = (x − mean)·rstd and g = dy·weight:
+  //   dx = rstd·(g − Σ_j g / D − x̂·Σ_j g·x̂ / D),  dweight = Σ_rows dy·x̂,  dbias = Σ_rows dy.
+  // Each output may be undefined (not needed); dweight and dbias are zeros when rows = 0.
+  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) = 0;
+  // y = gelu(x) elementwise in the given form (core/ops/gelu.h); x and y contiguous, same shape.
+  virtual void gelu_forward(const Tensor& x, Tensor& y, GeluApproximate approximate) = 0;
+  // dx = dy·gelu'(x), from the forward's input x.
+  virtual void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) = 0;
+  // out[i, :] = weight[indices[i], :] for indices [N] int64, weight [V, D], out [N, D]. The op layer
+  // checked the indices with check_targets; where that check is deferred (CUDA), an index outside
+  // [0, V) can reach the kernel before its error reaches the host: its row of out is NaN, and
+  // nothing is read out of bounds.
+  virtual void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) = 0;
+  // dweight [V, D] = for each v, the sum of the rows dy[i, :] with indices[i] = v, added in
+  // increasing i, starting from 0 (a row no index names is 0). No floating-point atomics: the same
+  // bits every run, and for one dtype the same bits on every backend (the same additions in the
+  // same order).
+  // An index outside [0, V) (see embedding_forward) adds nothing.
+  virtual void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) = 0;
 };
 
 // The backend that owns `device`'s memory and kernels; throws when there is none (for

@@ -12,3 +12,7 @@
 #include "core/ops/conv.h"
 #include "core/ops/dropout.h"
 #include "core/ops/pool.h"
+// Transformer layers: embedding, layer norm, GELU.
+#include "core/ops/embedding.h"
+#include "core/ops/gelu.h"
+#include "core/ops/layer_norm.h"

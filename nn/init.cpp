@@ -1,4 +1,4 @@
-// nn::init: uniform_ and kaiming_uniform_ (see init.h for the math).
+// nn::init: uniform_, normal_ and kaiming_uniform_ (see init.h for the math).
 #include "nn/init.h"
 
 #include <cmath>
@@ -20,6 +20,16 @@ void uniform_(Tensor& t, double lo, double hi, Generator* gen) {
   Tensor values = uniform(t.shape(), lo, hi, t.options(), gen);
   NoGradGuard no_grad;
   t.copy_(values);
+}
+
+void normal_(Tensor& t, double mean, double std, Generator* gen) {
+  check_defined(t, "init::normal_", "t");
+  MINIDL_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0,
+               "init::normal_: expected a finite mean and std >= 0, got mean ", mean, " and std ", std, " for shape ",
+               t.shape());
+  Tensor values = randn(t.shape(), t.options(), gen);  // N(0, 1)
+  NoGradGuard no_grad;
+  t.copy_(values * std + mean);
 }
 
 void kaiming_uniform_(Tensor& w, double a, Generator* gen) {

@@ -13,3 +13,6 @@
 #include "nn/conv.h"
 #include "nn/dropout.h"
 #include "nn/pool.h"
+// Transformer layers.
+#include "nn/embedding.h"
+#include "nn/layer_norm.h"

@@ -1,7 +1,8 @@
 // CpuBackend: the CPU implementation of every kernel behind core/backend.h, templated over
 // float and double (and int64 where labels need it). The methods are defined across
 // kernels/cpu/*.cpp by kernel family: memory.cpp, elementwise.cpp, reduce.cpp, gemm.cpp,
-// linear.cpp, softmax.cpp, optimizer.cpp. Loops above kParallelGrain elements are split over
+// linear.cpp, softmax.cpp, optimizer.cpp; conv.cpp, pool.cpp, batch_norm.cpp, dropout.cpp;
+// layer_norm.cpp, gelu.cpp, embedding.cpp. Loops above kParallelGrain elements are split over
 // the kernels' ThreadPool (kernels/cpu/thread_pool.h), so the tiny tensors of the seed model
 // never wake a thread.
 #pragma once
@@ -131,6 +132,16 @@ class CpuBackend final : public Backend {
                            const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight,
                            Tensor& dbias) override;
   void dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) override;
+
+  // ---- transformer layers (layer_norm.cpp, gelu.cpp, embedding.cpp) ----
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+  void gelu_forward(const Tensor& x, Tensor& y, GeluApproximate approximate) override;
+  void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) override;
+  void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) override;
+  void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) override;
 };
 
 // Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.

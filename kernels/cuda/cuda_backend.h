@@ -17,6 +17,8 @@
 //   cross_entropy.cu softmax-cross-entropy (forward, backward, fused) and the target check
 //   optimizer.cu     fused SGD and Adam/AdamW updates
 //   conv.cu, pool.cu, batch_norm.cu, dropout.cu   the convolutional-network layers
+//   layer_norm.cu, gelu.cu, embedding.cu          the transformer layers (embedding's backward
+//                    sorts positions by index: a deterministic scatter-add without atomics)
 // Only float32 (and int64 for labels and indices) lives on a CUDA device, and the compute
 // methods run in float32 alone (computes_in); the op layer asks before it calls, so the
 // methods restate their dtype and shape assumptions as MINIDL_INTERNAL_ASSERTs (core/backend.h).
@@ -121,6 +123,16 @@ class CudaBackend final : public Backend {
                            const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight,
                            Tensor& dbias) override;
   void dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) override;
+
+  // ---- transformer layers (layer_norm.cu, gelu.cu, embedding.cu) ----
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+  void gelu_forward(const Tensor& x, Tensor& y, GeluApproximate approximate) override;
+  void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) override;
+  void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) override;
+  void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) override;
 
  private:
   int device_;

@@ -163,3 +163,41 @@ TEST_CASE("views (reshape, narrow, split, transpose, expand, cat) match finite d
     check_gradients([&](const std::vector<Tensor>& v) { return weighted_sum(ops::cat({v[0], v[0] * 2.0}, 0), seed); }, {x});
   }
 }
+
+TEST_CASE("layer_norm matches finite differences with and without weight and bias", "[core][gradcheck][layer_norm]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    Generator g(seed);
+    auto [n, d] = odd_pair(seed);
+    Tensor x = rand64({n, 2, d}, g, -2.0, 2.0), w = rand64({d}, g), b = rand64({d}, g);
+    check_gradients([&](const std::vector<Tensor>& v) { return weighted_sum(ops::layer_norm(v[0], v[1], v[2]), seed); },
+                    {x, w, b});
+    check_gradients([&](const std::vector<Tensor>& v) { return weighted_sum(ops::layer_norm(v[0]), seed); }, {x});
+    check_gradients([&](const std::vector<Tensor>& v) { return weighted_sum(ops::layer_norm(v[0], v[1]), seed); },
+                    {x, w});
+    check_gradients(
+        [&](const std::vector<Tensor>& v) { return weighted_sum(ops::layer_norm(v[0], Tensor(), v[1], 0.1), seed); },
+        {x, b});
+  }
+}
+
+TEST_CASE("gelu in both forms matches finite differences", "[core][gradcheck][gelu]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    Generator g(seed);
+    auto [n, c] = odd_pair(seed);
+    Tensor x = rand64({n, c}, g, -5.0, 5.0);
+    for (GeluApproximate form : {GeluApproximate::None, GeluApproximate::Tanh}) {
+      check_gradients([&](const std::vector<Tensor>& v) { return weighted_sum(ops::gelu(v[0], form), seed); }, {x});
+    }
+  }
+}
+
+TEST_CASE("embedding matches finite differences in the weight with repeated indices", "[core][gradcheck][embedding]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    Generator g(seed);
+    auto [v, d] = odd_pair(seed);
+    Tensor w = rand64({v, d}, g);
+    // More positions than rows: indices repeat (and with v = 1 every position holds 0).
+    Tensor idx = randint(0, v, {3, 5}, DType::Int64, &g);
+    check_gradients([&](const std::vector<Tensor>& t) { return weighted_sum(ops::embedding(idx, t[0]), seed); }, {w});
+  }
+}

@@ -1,0 +1,74 @@
+// CPU GELU, elementwise, in T (float or double) — the expressions of kernels/cuda/gelu.cu:
+//   None: y = 0.5·x·erfc(−x/√2)                       (= x·Φ(x) = 0.5·x·(1 + erf(x/√2)))
+//         dy/dx = 0.5·erfc(−x/√2) + x·exp(−x²/2)/√(2π)
+//   Tanh: u = √(2/π)·(x + 0.044715·x³)
+//         y = x / (1 + exp(−2u))                       (= 0.5·x·(1 + tanh u) = x·σ(2u))
+//         dy/dx = σ(2u) + 2x·σ(2u)·σ(−2u)·u',  u' = √(2/π)·(1 + 3·0.044715·x²)
+// Note [GELU without cancellation]: the textbook forms 1 + erf(z) and 1 + tanh(u) lose every
+// digit for negative x, where erf and tanh approach −1 (at x = −5 in float32, 1 + tanh u is
+// below one ulp of 1, and 1 + erf(−5/√2) keeps one digit). erfc(−z) = 1 + erf(z) and
+// 2σ(2u) = 1 + tanh u are the same functions computed without that subtraction, so y and dy/dx
+// keep a few ulps of relative accuracy over the whole line. σ(−2u) = 1/(1 + exp(2u)) is
+// computed as such, not as 1 − σ(2u), for the same reason. Where σ(2u)·σ(−2u) is 0 (|x| so
+// large that exp over- or underflows) the second term is 0; skipping it keeps u' = inf (x² past
+// the float range) from turning 0·inf into NaN.
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace minidl::cpu {
+
+namespace {
+
+template <typename T>
+struct GeluConstants {
+  static constexpr T kSqrt1_2 = T(0.70710678118654752440);      // 1/√2
+  static constexpr T kInvSqrt2Pi = T(0.39894228040143267794);   // 1/√(2π)
+  static constexpr T kSqrt2OverPi = T(0.79788456080286535588);  // √(2/π)
+  static constexpr T kKappa = T(0.044715);
+};
+
+template <typename T>
+T gelu_value(T x, GeluApproximate form) {
+  using C = GeluConstants<T>;
+  if (form == GeluApproximate::None) return T(0.5) * x * std::erfc(-x * C::kSqrt1_2);
+  const T u = C::kSqrt2OverPi * (x + C::kKappa * x * x * x);
+  return x / (T(1) + std::exp(T(-2) * u));
+}
+
+template <typename T>
+T gelu_derivative(T x, GeluApproximate form) {
+  using C = GeluConstants<T>;
+  if (form == GeluApproximate::None)
+    return T(0.5) * std::erfc(-x * C::kSqrt1_2) + x * C::kInvSqrt2Pi * std::exp(T(-0.5) * x * x);
+  const T u = C::kSqrt2OverPi * (x + C::kKappa * x * x * x);
+  const T s = T(1) / (T(1) + std::exp(T(-2) * u));  // σ(2u)
+  const T s_neg = T(1) / (T(1) + std::exp(T(2) * u));  // σ(−2u) = 1 − σ(2u)
+  const T both = s * s_neg;
+  if (both == T(0)) return s;  // Note [GELU without cancellation]
+  const T du = C::kSqrt2OverPi * (T(1) + T(3) * C::kKappa * x * x);
+  return s + T(2) * x * both * du;
+}
+
+}  // namespace
+
+void CpuBackend::gelu_forward(const Tensor& x, Tensor& y, GeluApproximate approximate) {
+  dispatch_floating(x.dtype(), "gelu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    parallel_for(x.numel(), [=](int64_t i) { py[i] = gelu_value(px[i], approximate); });
+  });
+}
+
+void CpuBackend::gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) {
+  dispatch_floating(x.dtype(), "gelu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pdy = dy.data<T>();
+    const T* px = x.data<T>();
+    T* pdx = dx.data<T>();
+    parallel_for(x.numel(), [=](int64_t i) { pdx[i] = pdy[i] * gelu_derivative(px[i], approximate); });
+  });
+}
+
+}  // namespace minidl::cpu

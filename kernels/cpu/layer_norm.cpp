@@ -1,0 +1,114 @@
+// CPU layer normalisation over the rows of x [rows, D].
+//   forward:  mean_r = Σ_j x_rj / D,  var_r = Σ_j (x_rj − mean_r)² / D   (biased, as PyTorch)
+//             rstd_r = 1/sqrt(var_r + eps),  y_rj = (x_rj − mean_r)·rstd_r·w_j + b_j
+//   backward, with x̂ = (x − mean_r)·rstd_r and g = dy·w:
+//             dx_rj = rstd_r·(g_rj − Σ_k g_rk / D − x̂_rj·Σ_k g_rk·x̂_rk / D)
+//             dw_j = Σ_r dy_rj·x̂_rj,  db_j = Σ_r dy_rj
+// The dx formula: y depends on x_rj directly and through mean_r and rstd_r; d mean/dx = 1/D
+// and d rstd/dx_rj = −rstd³·(x_rj − mean)/D give the two subtracted means.
+// Strategy: one task per row for the statistics, y and dx (two passes over the row for the
+// statistics — mean, then the centred squares, stabler than E[x²] − E[x]² — accumulated in
+// double whatever T is, so a float32 row's statistics are as exact as its values); dw and db
+// are column sums, one task per block of 64 columns walking the rows in order, accumulated in
+// double. Everything is in a fixed order: the same bits every run.
+#include <array>
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace minidl::cpu {
+
+namespace {
+constexpr int64_t kColumnBlock = 64;  // columns per task of the dw/db sums
+}  // namespace
+
+void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                                    Tensor& mean, Tensor& rstd) {
+  dispatch_floating(x.dtype(), "layer_norm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = x.shape()[0], D = x.shape()[1];
+    MINIDL_INTERNAL_ASSERT(D > 0 && y.shape() == x.shape() && mean.numel() == rows && rstd.numel() == rows);
+    const T* px = x.data<T>();
+    const T* pw = weight.defined() ? weight.data<T>() : nullptr;
+    const T* pb = bias.defined() ? bias.data<T>() : nullptr;
+    T* py = y.data<T>();
+    T* pm = mean.data<T>();
+    T* pr = rstd.data<T>();
+    parallel_rows(rows, 3 * rows * D, [&](int64_t r) {
+      const T* in = px + r * D;  // [D]
+      T* out = py + r * D;       // [D]
+      double sum = 0;
+      for (int64_t j = 0; j < D; ++j) sum += in[j];
+      const double mu = sum / static_cast<double>(D);
+      double sq = 0;
+      for (int64_t j = 0; j < D; ++j) {
+        const double d = in[j] - mu;
+        sq += d * d;
+      }
+      const double rs = 1.0 / std::sqrt(sq / static_cast<double>(D) + eps);
+      pm[r] = static_cast<T>(mu);
+      pr[r] = static_cast<T>(rs);
+      for (int64_t j = 0; j < D; ++j) {
+        const double w = pw ? static_cast<double>(pw[j]) : 1.0, b = pb ? static_cast<double>(pb[j]) : 0.0;
+        out[j] = static_cast<T>((in[j] - mu) * rs * w + b);
+      }
+    });
+  });
+}
+
+void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = x.shape()[0], D = x.shape()[1];
+    MINIDL_INTERNAL_ASSERT(D > 0 && dy.shape() == x.shape() && mean.numel() == rows && rstd.numel() == rows);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    const T* pw = weight.defined() ? weight.data<T>() : nullptr;
+    const T* pm = mean.data<T>();
+    const T* pr = rstd.data<T>();
+    if (dx.defined()) {
+      T* pdx = dx.data<T>();
+      parallel_rows(rows, 2 * rows * D, [&](int64_t r) {
+        const T* in = px + r * D;  // [D]
+        const T* g = pdy + r * D;  // [D]
+        T* out = pdx + r * D;      // [D]
+        const double mu = pm[r], rs = pr[r];
+        double sum_g = 0, sum_g_xhat = 0;
+        for (int64_t j = 0; j < D; ++j) {
+          const double gj = static_cast<double>(g[j]) * (pw ? static_cast<double>(pw[j]) : 1.0);
+          sum_g += gj;
+          sum_g_xhat += gj * ((in[j] - mu) * rs);
+        }
+        const double mean_g = sum_g / static_cast<double>(D), mean_g_xhat = sum_g_xhat / static_cast<double>(D);
+        for (int64_t j = 0; j < D; ++j) {
+          const double gj = static_cast<double>(g[j]) * (pw ? static_cast<double>(pw[j]) : 1.0);
+          out[j] = static_cast<T>(rs * (gj - mean_g - (in[j] - mu) * rs * mean_g_xhat));
+        }
+      });
+    }
+    if (!dweight.defined() && !dbias.defined()) return;
+    T* pdw = dweight.defined() ? dweight.data<T>() : nullptr;
+    T* pdb = dbias.defined() ? dbias.data<T>() : nullptr;
+    const int64_t blocks = (D + kColumnBlock - 1) / kColumnBlock;
+    parallel_rows(blocks, 2 * rows * D, [&](int64_t blk) {
+      const int64_t j0 = blk * kColumnBlock, width = std::min(kColumnBlock, D - j0);
+      std::array<double, kColumnBlock> acc_w{}, acc_b{};  // this block's column sums, rows in order
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* in = px + r * D + j0;
+        const T* g = pdy + r * D + j0;
+        const double mu = pm[r], rs = pr[r];
+        for (int64_t j = 0; j < width; ++j) {
+          acc_w[static_cast<size_t>(j)] += static_cast<double>(g[j]) * ((in[j] - mu) * rs);
+          acc_b[static_cast<size_t>(j)] += g[j];
+        }
+      }
+      for (int64_t j = 0; j < width; ++j) {
+        if (pdw) pdw[j0 + j] = static_cast<T>(acc_w[static_cast<size_t>(j)]);
+        if (pdb) pdb[j0 + j] = static_cast<T>(acc_b[static_cast<size_t>(j)]);
+      }
+    });
+  });
+}
+
+}  // namespace minidl::cpu

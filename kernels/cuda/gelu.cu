@@ -1,0 +1,106 @@
+// CUDA GELU (float32), elementwise over contiguous [n], in the expressions of
+// kernels/cpu/gelu.cpp:
+//   None: y = 0.5·x·erfc(−x/√2)                    dy/dx = 0.5·erfc(−x/√2) + x·exp(−x²/2)/√(2π)
+//   Tanh: u = √(2/π)·(x + 0.044715·x³),  y = x / (1 + exp(−2u))  (= 0.5·x·(1 + tanh u))
+//         dy/dx = σ(2u) + 2x·σ(2u)·σ(−2u)·u',  u' = √(2/π)·(1 + 3·0.044715·x²)
+// erfc and σ rather than 1 + erf and 1 + tanh: Note [GELU without cancellation] in
+// kernels/cpu/gelu.cpp (PyTorch's kernels use the cancelling forms; the function is the same).
+// Strategy: one grid-stride loop, an element per thread per trip, over a grid that fills the
+// device. Unlike the map kernels of elementwise.cu these do real math per element (erfcf or two
+// expf, a division), so plain float loads keep the memory system busy enough. The form is a
+// template parameter: one kernel per form, no branch per element.
+#include "core/error.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace minidl::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kSqrt1_2 = 0.70710678118654752440f;      // 1/√2
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;   // 1/√(2π)
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // √(2/π)
+constexpr float kKappa = 0.044715f;
+
+// ---- the math, per element ----
+
+template <GeluApproximate kForm>
+__device__ inline float gelu_value(float x) {
+  if constexpr (kForm == GeluApproximate::None) {
+    return 0.5f * x * erfcf(-x * kSqrt1_2);
+  } else {
+    const float u = kSqrt2OverPi * (x + kKappa * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+  }
+}
+
+template <GeluApproximate kForm>
+__device__ inline float gelu_derivative(float x) {
+  if constexpr (kForm == GeluApproximate::None) {
+    return 0.5f * erfcf(-x * kSqrt1_2) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
+  } else {
+    const float u = kSqrt2OverPi * (x + kKappa * x * x * x);
+    const float s = 1.0f / (1.0f + expf(-2.0f * u));     // σ(2u)
+    const float s_neg = 1.0f / (1.0f + expf(2.0f * u));  // σ(−2u) = 1 − σ(2u)
+    const float both = s * s_neg;
+    if (both == 0.0f) return s;  // Note [GELU without cancellation]: no 0·inf when x² overflows
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kKappa * x * x);
+    return s + 2.0f * x * both * du;
+  }
+}
+
+// ---- kernels ----
+
+template <GeluApproximate kForm>
+__global__ void gelu_forward_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = gelu_value<kForm>(x[i]);
+}
+
+template <GeluApproximate kForm>
+__global__ void gelu_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                     float* __restrict__ dx, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dx[i] = dy[i] * gelu_derivative<kForm>(x[i]);
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void CudaBackend::gelu_forward(const Tensor& x, Tensor& y, GeluApproximate approximate) {
+  MINIDL_INTERNAL_ASSERT(all_float32({&x, &y}) && all_contiguous({&x, &y}) && x.numel() == y.numel());
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_index());
+  const unsigned grid = grid_for(n, kThreads, multiprocessor_count());
+  if (approximate == GeluApproximate::Tanh) {
+    MINIDL_LAUNCH(gelu_forward_kernel<GeluApproximate::Tanh>, grid, kThreads, 0, stream(), x.data<float>(),
+                  y.data<float>(), n);
+  } else {
+    MINIDL_LAUNCH(gelu_forward_kernel<GeluApproximate::None>, grid, kThreads, 0, stream(), x.data<float>(),
+                  y.data<float>(), n);
+  }
+}
+
+void CudaBackend::gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) {
+  MINIDL_INTERNAL_ASSERT(all_float32({&dy, &x, &dx}) && all_contiguous({&dy, &x, &dx}) && x.numel() == dy.numel() &&
+                         x.numel() == dx.numel());
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceGuard guard(device_index());
+  const unsigned grid = grid_for(n, kThreads, multiprocessor_count());
+  if (approximate == GeluApproximate::Tanh) {
+    MINIDL_LAUNCH(gelu_backward_kernel<GeluApproximate::Tanh>, grid, kThreads, 0, stream(), dy.data<float>(),
+                  x.data<float>(), dx.data<float>(), n);
+  } else {
+    MINIDL_LAUNCH(gelu_backward_kernel<GeluApproximate::None>, grid, kThreads, 0, stream(), dy.data<float>(),
+                  x.data<float>(), dx.data<float>(), n);
+  }
+}
+
+}  // namespace minidl::cuda
