@@ -16,3 +16,5 @@
 #include "core/ops/embedding.h"
 #include "core/ops/gelu.h"
 #include "core/ops/layer_norm.h"
+// Attention: fused scaled dot-product attention.
+#include "core/ops/attention.h"

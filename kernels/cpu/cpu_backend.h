@@ -142,6 +142,14 @@ class CpuBackend final : public Backend {
   void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) override;
   void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) override;
   void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) override;
+
+  // ---- attention (attention.cpp) ----
+  int64_t attention_max_head_size() const override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                         double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, bool causal, double scale, double dropout_p, uint64_t seed,
+                          uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) override;
 };
 
 // Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.
