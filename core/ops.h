@@ -16,3 +16,5 @@
 #include "core/ops/embedding.h"
 #include "core/ops/gelu.h"
 #include "core/ops/layer_norm.h"
+// Sampling: topk, multinomial.
+#include "core/ops/sampling.h"
