@@ -18,3 +18,5 @@
 #include "core/ops/layer_norm.h"
 // Attention: fused scaled dot-product attention.
 #include "core/ops/attention.h"
+// Sampling: topk, multinomial.
+#include "core/ops/sampling.h"
