@@ -16,3 +16,5 @@
 #include "core/ops/embedding.h"
 #include "core/ops/gelu.h"
 #include "core/ops/layer_norm.h"
+// Attention masks: tril, triu, masked_fill.
+#include "core/ops/mask.h"

@@ -142,6 +142,11 @@ class CpuBackend final : public Backend {
   void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) override;
   void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) override;
   void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) override;
+
+  // ---- batched matrix products and masks (linear.cpp, mask.cpp) ----
+  void matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) override;
+  void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) override;
+  void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) override;
 };
 
 // Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.

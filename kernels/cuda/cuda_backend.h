@@ -134,6 +134,11 @@ class CudaBackend final : public Backend {
   void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) override;
   void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) override;
 
+  // ---- batched matrix products and masks (linear.cu and gemm.cu, mask.cu) ----
+  void matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) override;
+  void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) override;
+  void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) override;
+
  private:
   int device_;
   int sm_count_ = 0;
