@@ -271,6 +271,27 @@ class Backend {
   virtual void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) = 0;
   // y[i] = mask[i] != 0 ? value : x[i]; x, mask and y contiguous, same shape and dtype.
   virtual void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) = 0;
+
+  // ==== attention ====
+  // Scaled dot-product attention per (b, h) of q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev]
+  // (core/ops/attention.cpp has the math). The op layer guarantees rank 4, L, S, E, Ev >= 1,
+  // B·H·L > 0, E and Ev <= attention_max_head_size(), and stride 1 along the last dim of q, k
+  // and v; their other strides are honoured as they are (views of a fused qkv projection reach
+  // the kernels without a copy). Every output is contiguous. The dropout mask of element
+  // (b, h, i, j) is Philox counter offset + ((b·H + h)·L + i)·S + j, kept when its 24-bit float
+  // uniform is below 1 − dropout_p (as dropout_mask); dropout_p = 0 draws nothing.
+  // The largest E and Ev the kernels take (the op layer turns a larger one into its error).
+  virtual int64_t attention_max_head_size() const = 0;
+  // out [B, H, L, Ev] = dropout(softmax(q·kᵀ·scale, causal: j <= i)) · v, and lse [B, H, L]
+  // (q's dtype) = log Σ_j exp(s_ij), the log-sum-exp of each query row's (unmasked) scores.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                 double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) = 0;
+  // dq, dk, dv (q's, k's, v's shapes, contiguous) from dout [B, H, L, Ev] (contiguous) and
+  // forward's out and lse, recomputing the probabilities from lse and the mask from its
+  // counters. Deterministic: a fixed order of additions, the same bits every run.
+  virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, bool causal, double scale, double dropout_p,
+                                  uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
 };
 
 // The backend that owns `device`'s memory and kernels; throws when there is none (for

@@ -18,3 +18,6 @@
 #include "core/ops/layer_norm.h"
 // Attention masks: tril, triu, masked_fill.
 #include "core/ops/mask.h"
+
+// Attention: fused scaled dot-product attention.
+#include "core/ops/attention.h"

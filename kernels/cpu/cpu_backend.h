@@ -147,6 +147,14 @@ class CpuBackend final : public Backend {
   void matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) override;
   void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) override;
   void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) override;
+
+  // ---- attention (attention.cpp) ----
+  int64_t attention_max_head_size() const override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                         double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, bool causal, double scale, double dropout_p, uint64_t seed,
+                          uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) override;
 };
 
 // Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.

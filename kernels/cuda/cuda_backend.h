@@ -139,6 +139,14 @@ class CudaBackend final : public Backend {
   void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) override;
   void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) override;
 
+  // ---- attention (attention.cu) ----
+  int64_t attention_max_head_size() const override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                         double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, bool causal, double scale, double dropout_p, uint64_t seed,
+                          uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) override;
+
  private:
   int device_;
   int sm_count_ = 0;
