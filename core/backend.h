@@ -20,9 +20,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/conv_geometry.h"
-#include "core/ops/gelu.h"  // GeluApproximate
+#include "core/ops/gelu.h"     // GeluApproximate
+#include "core/ops/softmax.h"  // CrossEntropyOptions
 #include "core/tensor.h"
 
 namespace minidl {
@@ -43,6 +45,11 @@ enum class Activation : uint8_t { None, ReLU };
 
 // The op's message for a bad class target at `row` holding `value` (check_targets).
 using TargetErrorMessage = std::function<std::string(int64_t row, int64_t value)>;
+
+using ops::CrossEntropyOptions;  // the loss methods' options (core/ops/softmax.h)
+
+// Why a row of weights cannot be sampled (Backend::find_invalid_distribution).
+enum class MultinomialDefect : uint8_t { Negative, NotFinite, ZeroSum, TooFewPositive };
 
 struct SGDConfig {
   double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
@@ -128,30 +135,37 @@ class Backend {
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
   // dx = y * (dy - sum(dy * y)) per row, from the forward output y = softmax(x).
   virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
-  // The first (row, value) with targets[row] outside [0, num_classes), if any (waits for it).
-  virtual std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets,
-                                                                         int64_t num_classes) = 0;
+  // The first (row, value) with targets[row] outside [0, num_classes), if any (waits for it). A
+  // target equal to ignore_index (when given) is valid wherever it lies: it marks a row to skip.
+  virtual std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes,
+                                                                         std::optional<int64_t> ignore_index) = 0;
   // The op layer's target check: throws Error(message(row, value)) for the first row whose target
-  // lies outside [0, num_classes). Here (the CPU) at once; a backend whose work is queued (CUDA)
-  // checks on the device without waiting and throws at the next point where the host waits for
-  // the device anyway: synchronize() or a copy to the CPU (item(), to_vector, .to(cpu)).
-  virtual void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) {
-    if (auto bad = find_invalid_target(targets, num_classes)) throw Error(message(bad->first, bad->second));
+  // lies outside [0, num_classes) and is not ignore_index. Here (the CPU) at once; a backend whose
+  // work is queued (CUDA) checks on the device without waiting and throws at the next point where
+  // the host waits for the device anyway: synchronize() or a copy to the CPU (item(), to_vector, .to(cpu)).
+  virtual void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message,
+                             std::optional<int64_t> ignore_index = std::nullopt) {
+    if (auto bad = find_invalid_target(targets, num_classes, ignore_index))
+      throw Error(message(bad->first, bad->second));
   }
-  // loss[row] = logsumexp(logits[row]) - logits[row, target], as log s - (x_t - m) with m the
-  // row's max and s = sum(exp(x - m)); stats [rows, 2] keeps (m, 1/s) per row for backward
-  // (Note [softmax at the logits' scale] in core/ops/softmax.cpp).
+  // Cross-entropy of logits [rows, C] against targets [rows] under options o (ε = o.label_smoothing):
+  //   loss[row] = (1 - ε)·nll + ε·smooth,  nll = log s - (x_t - m),  smooth = log s - Σ_j (x_j - m) / C,
+  // m the row's max and s = Σ_j exp(x_j - m) (the mean over classes of -log p_j, formed from x - m:
+  // Note [softmax at the logits' scale] in core/ops/softmax.cpp); loss[row] = 0 where
+  // targets[row] == o.ignore_index. stats [rows, 2] keeps (m, 1/s) per row for backward.
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
-                                             Tensor& stats) = 0;
-  // dlogits[row] = (softmax(logits[row]) - onehot(target)) * scale[row], softmax = exp(x - m) * (1/s)
-  // from forward's stats; scale has one element per row, or one element broadcast to all rows.
+                                             Tensor& stats, const CrossEntropyOptions& o) = 0;
+  // dlogits[row] = (softmax(logits[row]) - (1 - ε)·onehot(target) - ε/C) * scale[row], softmax =
+  // exp(x - m) * (1/s) from forward's stats; scale has one element per row, or one element broadcast
+  // to all rows; an ignored row gets 0 whatever its scale.
   virtual void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
-                                              const Tensor& scale, Tensor& dlogits) = 0;
+                                              const Tensor& scale, Tensor& dlogits, const CrossEntropyOptions& o) = 0;
 
   // The training path (Note [fused cross-entropy] in core/ops/softmax.cpp), one pass per row:
-  // loss[row] as in forward and dlogits[row] = (softmax(logits[row]) - onehot(target)) * scale.
-  virtual void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
-                                           Tensor& dlogits) = 0;
+  // loss[row] as in forward and dlogits[row] as in backward with the one-element scale read on the
+  // device (1 when undefined), so the mean's 1/count never visits the host.
+  virtual void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& scale,
+                                           Tensor& loss, Tensor& dlogits, const CrossEntropyOptions& o) = 0;
 
   // ---- optimizer updates (in place, outside autograd) ----
   virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) = 0;
@@ -292,6 +306,35 @@ class Backend {
   virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, bool causal, double scale, double dropout_p,
                                   uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+
+  // ==== training-loop utilities: cross-entropy's mean, gradient clipping, sampling ====
+  // scale (one element, a floating dtype) = 1 / the number of targets [N] not equal to ignore_index,
+  // computed on this device (+inf when every target is ignored: the mean of no losses is NaN).
+  virtual void cross_entropy_mean_scale(const Tensor& targets, int64_t ignore_index, Tensor& scale) = 0;
+  // out (one element, the tensors' dtype) = (Σ over every element x of every tensor of |x|^p)^(1/p),
+  // or max |x| for p = +inf, in one pass over all the tensors (one launch on CUDA) and a fixed order
+  // of additions: the same bits every run. The tensors are contiguous, non-empty as a list, of
+  // one dtype and this device; p > 0.
+  virtual void multi_tensor_norm(const std::vector<Tensor>& tensors, double p, Tensor& out) = 0;
+  // t *= c in place for every tensor (contiguous, one dtype, this device), with the coefficient
+  // c = min(max_norm / (total_norm[0] + 1e-6), 1) formed in that dtype on this device from the
+  // one-element total_norm (no host wait; a NaN norm gives NaN, as torch's clamp does).
+  virtual void multi_tensor_clip(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm) = 0;
+  // The k best entries of each row of x [rows, cols] (0 < k <= cols): values [rows, k] and their
+  // column indices [rows, k] (int64), best first; best is largest (or smallest), NaN counting as
+  // larger than every number, and of equal values the lower index comes first.
+  virtual void topk(const Tensor& x, int64_t k, bool largest, Tensor& values, Tensor& indices) = 0;
+  // The first row of weights [rows, V] that is not a distribution multinomial can sample from, and
+  // why (waits for the answer): a negative, infinite or NaN entry, no positive weight, or, when
+  // min_positive > 1, fewer than min_positive positive weights.
+  virtual std::optional<std::pair<int64_t, MultinomialDefect>> find_invalid_distribution(const Tensor& weights,
+                                                                                          int64_t min_positive) = 0;
+  // out [rows, n] (int64) = n draws per row of the column index j with probability weights[row, j]
+  // / Σ weights[row] (validated by find_invalid_distribution), with or without replacement. Draw d
+  // of row r uses the uniform double of Philox counter offset + r·n + d (core/philox.h); the sums
+  // run in the order of Note [multinomial's sums], so both backends draw the same samples.
+  virtual void multinomial(const Tensor& weights, int64_t n, bool replacement, uint64_t seed, uint64_t offset,
+                           Tensor& out) = 0;
 };
 
 // The backend that owns `device`'s memory and kernels; throws when there is none (for

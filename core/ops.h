@@ -21,3 +21,6 @@
 
 // Attention: fused scaled dot-product attention.
 #include "core/ops/attention.h"
+
+// Sampling: topk, multinomial.
+#include "core/ops/sampling.h"

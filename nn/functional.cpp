@@ -31,8 +31,9 @@ Tensor relu(const Tensor& x) { return ops::relu(x); }
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return linear_any_rank(x, w, b, false); }
 Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b) { return linear_any_rank(x, w, b, true); }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r) {
-  return ops::softmax_cross_entropy(logits, targets, r);
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r,
+                     const ops::CrossEntropyOptions& options) {
+  return ops::softmax_cross_entropy(logits, targets, r, ops::CrossEntropyGrad::Fused, options);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, ops::Reduction r) {

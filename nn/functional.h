@@ -12,7 +12,9 @@ Tensor relu(const Tensor& x);
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
 // relu(linear(x, w, b)) with the relu fused into the GEMM epilogue (same values, one kernel).
 Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b = {});
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r = ops::Reduction::Mean);
+// ignore_index and label_smoothing as in torch.nn.functional.cross_entropy (ops::CrossEntropyOptions).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r = ops::Reduction::Mean,
+                     const ops::CrossEntropyOptions& options = {});
 // (input - target)² reduced; shapes must be equal (no broadcasting).
 Tensor mse_loss(const Tensor& input, const Tensor& target, ops::Reduction r = ops::Reduction::Mean);
 

@@ -6,7 +6,7 @@
 namespace minidl::nn {
 
 Tensor CrossEntropyLoss::operator()(const Tensor& logits, const Tensor& targets) const {
-  return functional::cross_entropy(logits, targets, reduction_);
+  return functional::cross_entropy(logits, targets, reduction_, options_);
 }
 
 Tensor MSELoss::operator()(const Tensor& input, const Tensor& target) const {

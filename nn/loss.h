@@ -9,13 +9,18 @@ namespace minidl::nn {
 
 class CrossEntropyLoss {
  public:
-  explicit CrossEntropyLoss(ops::Reduction r = ops::Reduction::Mean) : reduction_(r) {}
-  // logits [N, C] float, targets [N] int64 in [0, C).
+  // options: ignore_index (default -100) and label_smoothing (default 0), as in
+  // torch.nn.CrossEntropyLoss (ops::CrossEntropyOptions).
+  explicit CrossEntropyLoss(ops::Reduction r = ops::Reduction::Mean, ops::CrossEntropyOptions options = {})
+      : reduction_(r), options_(options) {}
+  // logits [N, C] float, targets [N] int64 in [0, C) or equal to ignore_index.
   Tensor operator()(const Tensor& logits, const Tensor& targets) const;
   ops::Reduction reduction() const { return reduction_; }
+  const ops::CrossEntropyOptions& options() const { return options_; }
 
  private:
   ops::Reduction reduction_;
+  ops::CrossEntropyOptions options_;
 };
 
 class MSELoss {

@@ -16,3 +16,5 @@
 // Transformer layers.
 #include "nn/embedding.h"
 #include "nn/layer_norm.h"
+// Training-loop utilities.
+#include "nn/clip_grad.h"

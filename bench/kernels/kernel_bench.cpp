@@ -452,19 +452,21 @@ void bench_cross_entropy(Backend& be, cudaStream_t stream, Timer& timer, const O
     dlogits.push_back(empty({rows, cols}, on_gpu()));
   }
   const double scale = 1.0 / static_cast<double>(rows);
+  const Tensor scale_gpu = full({}, scale, on_gpu()), scale_cpu = full({}, scale, TensorOptions(DType::Float64, Device::cpu()));
+  const ops::CrossEntropyOptions ce;  // no ignored rows, no smoothing: the training default
   const double s = timer.median_seconds([&](int run) {
     const size_t i = static_cast<size_t>(run % sets);
-    be.softmax_cross_entropy_fused(logits[i], targets[i], scale, loss[i], dlogits[i]);
+    be.softmax_cross_entropy_fused(logits[i], targets[i], scale_gpu, loss[i], dlogits[i], ce);
   });
   // The check: the first rows (each row is computed on its own, so a prefix is a fair sample and
   // keeps the float64 CPU reference short) of set 0, recomputed, against float64 on the CPU.
-  be.softmax_cross_entropy_fused(logits[0], targets[0], scale, loss[0], dlogits[0]);
+  be.softmax_cross_entropy_fused(logits[0], targets[0], scale_gpu, loss[0], dlogits[0], ce);
   const int64_t check_rows = std::min<int64_t>(rows, 256);
   const Tensor x64 = logits[0].narrow(0, 0, check_rows).to(Device::cpu()).to(DType::Float64);
   const Tensor t_cpu = targets[0].narrow(0, 0, check_rows).to(Device::cpu());
   const TensorOptions f64(DType::Float64, Device::cpu());
   Tensor want_loss = empty({check_rows}, f64), want_dlogits = empty({check_rows, cols}, f64);
-  cpu_backend().softmax_cross_entropy_fused(x64, t_cpu, scale, want_loss, want_dlogits);
+  cpu_backend().softmax_cross_entropy_fused(x64, t_cpu, scale_cpu, want_loss, want_dlogits, ce);
   // Tolerances as in tests/cuda/test_cuda_softmax.cpp: loss = log s - (x_t - m) carries a few ulp
   // of its own size (~1e-6 for these logits): 1e-5 absolute and relative; dlogits = (p - onehot)·scale with p
   // off by a few 1e-6 relative: 1e-6·scale absolute (the cancellation at the target) + 1e-5 relative.

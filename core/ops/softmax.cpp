@@ -2,6 +2,9 @@
 //   log_softmax(x)_j = x_j - logsumexp(x);   dx = dy - softmax(x) · Σ dy
 //   softmax(x)_j = exp(x_j - logsumexp(x));   dx = y ⊙ (dy - Σ dy ⊙ y)
 //   CE(x, t) = logsumexp(x) - x_t per row;    dx = (softmax(x) - onehot(t)) · dloss_row
+//   with label smoothing ε, the target distribution q = (1 - ε)·onehot(t) + ε/C:
+//   CE = (1 - ε)·(logsumexp(x) - x_t) + ε·(logsumexp(x) - Σ_j x_j / C);   dx = (softmax(x) - q) · dloss_row
+//   and a row whose target is ignore_index has CE = 0 and dx = 0 (the mean counts only the others)
 // evaluated as Note [softmax at the logits' scale] says.
 //
 // Note [softmax at the logits' scale]: the kernels of this family (kernels/cpu/softmax.cpp,
@@ -16,10 +19,13 @@
 // separate cross-entropy path keeps (m, 1/s) per row for its backward, a [N, 2] tensor, not lse.
 //
 // Note [fused cross-entropy]: in training the loss is always followed by backward, and
-// dloss_row is known in forward (1/N for the mean, 1 for sum/none) up to the upstream
+// dloss_row is known in forward (1/count for the mean, 1 for sum/none) up to the upstream
 // gradient g, which is the engine's implicit 1 when loss.backward() is called on the loss
 // itself. So forward computes loss and dlogits in the same pass over the logits (llm.c's fused
 // classifier), and backward returns dlogits untouched for the unit seed, or dlogits · g.
+// count (the rows whose target is not ignore_index) is known only where the targets are, so
+// 1/count is made there (Backend::cross_entropy_mean_scale, one small kernel, the launch that
+// used to fill the constant 1/N) and the fused kernel reads it on the device: no host wait.
 // Rows are the last dim; another dim is moved last by a transpose + copy.
 #include "core/ops/softmax.h"
 
@@ -85,23 +91,25 @@ Tensor softmax_family(const Tensor& x, int64_t dim, bool log) {
 
 struct SoftmaxCrossEntropyBackward final : Node {
   Tensor logits, targets;
-  Tensor stats;  // [N, 2]: (m, 1/s) per row, Note [softmax at the logits' scale]
+  Tensor stats;       // [N, 2]: (m, 1/s) per row, Note [softmax at the logits' scale]
+  Tensor mean_scale;  // Mean: 1 / (rows not ignored), one element on the logits' device
   Reduction reduction = Reduction::Mean;
+  CrossEntropyOptions options;
   std::vector<Tensor> apply(const Tensor& g) override {
-    const int64_t n = logits.shape()[0];
-    // The gradient of each row's loss: g / N (mean), g (sum), or g[row] (none).
-    Tensor scale = reduction == Reduction::Mean ? g * (1.0 / static_cast<double>(n)) : g;
+    // The gradient of each row's loss: g / count (mean), g (sum), or g[row] (none).
+    Tensor scale = reduction == Reduction::Mean ? g * mean_scale : g;
     Tensor dlogits = empty(logits.shape(), logits.options());
-    backend_for(logits.device()).softmax_cross_entropy_backward(logits, targets, stats, scale.contiguous(), dlogits);
+    backend_for(logits.device())
+        .softmax_cross_entropy_backward(logits, targets, stats, scale.contiguous(), dlogits, options);
     return {dlogits, Tensor()};
   }
-  void release_saved() override { logits = targets = stats = Tensor(); }
+  void release_saved() override { logits = targets = stats = mean_scale = Tensor(); }
   std::string name() const override { return "SoftmaxCrossEntropyBackward"; }
 };
 
 // Backward of the fused path: dlogits were computed in forward for a unit upstream gradient.
 struct FusedSoftmaxCrossEntropyBackward final : Node {
-  Tensor dlogits;  // [N, C] = (softmax - onehot) · (1/N for Mean, 1 otherwise)
+  Tensor dlogits;  // [N, C] = (softmax - target distribution) · (1/count for Mean, 1 otherwise), 0 where ignored
   Reduction reduction = Reduction::Mean;
   std::vector<Tensor> apply_unit_seed(const Tensor&) override { return {dlogits, Tensor()}; }
   std::vector<Tensor> apply(const Tensor& g) override {
@@ -122,7 +130,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim,
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim, false); }
 
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction,
-                             CrossEntropyGrad grad_mode) {
+                             CrossEntropyGrad grad_mode, const CrossEntropyOptions& options) {
   constexpr const char* op = "softmax_cross_entropy";
   check_defined(logits, op, "logits");
   check_defined(targets, op, "targets");
@@ -134,6 +142,8 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
   MINIDL_CHECK(targets.dim() == 1 && targets.shape()[0] == logits.shape()[0], op, ": targets must be [N] = [",
                logits.shape()[0], "] for logits ", logits.shape(), ", got shape ", targets.shape());
   check_same_device({&logits, &targets}, op);
+  const double eps = options.label_smoothing;
+  MINIDL_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must lie in [0, 1], got ", eps);
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   MINIDL_CHECK(n > 0, op, ": empty batch (logits ", logits.shape(), "); the loss of zero samples is undefined");
   MINIDL_CHECK(c > 0, op, ": logits ", logits.shape(), " have no classes");
@@ -141,21 +151,30 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
   Backend& be = backend_for(logits.device());
   const Tensor lc = logits.detach().contiguous(), tc = targets.contiguous();
   // Note [deferred target errors] (kernels/cuda/cross_entropy.cu, docs/cuda.md): on a GPU this error may come at the next host wait.
-  be.check_targets(tc, c, [op, c, shape = logits.shape()](int64_t row, int64_t value) {
-    return detail::make_message(op, ": target ", value, " at row ", row, " is out of range [0, ", c, ") for logits ",
-                                shape);
-  });
+  be.check_targets(
+      tc, c,
+      [op, c, ignore = options.ignore_index, shape = logits.shape()](int64_t row, int64_t value) {
+        return detail::make_message(op, ": target ", value, " at row ", row, " is out of range [0, ", c,
+                                    ") for logits ", shape, " (and is not ignore_index ", ignore, ")");
+      },
+      options.ignore_index);
+  // The mean divides by the rows not ignored: 1/count is computed where the targets are, so the
+  // fused kernel and the final multiply read it there and the host never waits for it.
+  Tensor mean_scale;
+  if (reduction == Reduction::Mean) {
+    mean_scale = empty(Shape{}, logits.options());
+    be.cross_entropy_mean_scale(tc, options.ignore_index, mean_scale);
+  }
   const bool needs_grad = autograd::any_requires_grad({&logits});
   const bool fused = needs_grad && grad_mode == CrossEntropyGrad::Fused;
   Tensor losses = empty(Shape{n}, logits.options());
   Tensor stats, dlogits;
   if (fused) {
     dlogits = empty(logits.shape(), logits.options());
-    const double row_scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(n) : 1.0;
-    be.softmax_cross_entropy_fused(lc, tc, row_scale, losses, dlogits);
+    be.softmax_cross_entropy_fused(lc, tc, mean_scale, losses, dlogits, options);
   } else {
     stats = empty(Shape{n, 2}, logits.options());  // (m, 1/s) per row
-    be.softmax_cross_entropy_forward(lc, tc, losses, stats);
+    be.softmax_cross_entropy_forward(lc, tc, losses, stats, options);
   }
   Tensor out;
   if (reduction == Reduction::None) {
@@ -163,10 +182,7 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
   } else {
     out = empty(Shape{}, logits.options());
     be.sum_dim(losses, 1, n, 1, out);
-    if (reduction == Reduction::Mean) {
-      Tensor factor = scalar_tensor(1.0 / static_cast<double>(n), logits.options());
-      be.binary(BinaryOp::Mul, out, factor, out);
-    }
+    if (reduction == Reduction::Mean) be.binary(BinaryOp::Mul, out, mean_scale, out);  // 0 · inf = NaN when all ignored
   }
   if (fused) {
     auto node = std::make_shared<FusedSoftmaxCrossEntropyBackward>();
@@ -178,7 +194,9 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
     node->logits = lc;
     node->targets = tc;
     node->stats = stats;
+    node->mean_scale = mean_scale;
     node->reduction = reduction;
+    node->options = options;
     autograd::attach(node, {&logits, &targets}, out);
   }
   return out;

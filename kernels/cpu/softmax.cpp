@@ -5,11 +5,16 @@
 //   cross-entropy forward: one pass per row computes m and s with an online rescaling (no
 //   probability tensor is ever written); loss = log s - (x[target] - m); stats[row] = (m, 1/s).
 //   backward: dlogits = (exp(x - m) · (1/s) - onehot(target)) · scale[row], from the stats.
+//   With label smoothing ε the loss adds ε·(log s - Σ_j (x_j - m) / C) to (1 - ε)·nll and the
+//   gradient subtracts (1 - ε)·onehot + ε/C instead of onehot; a row whose target is
+//   ignore_index has loss 0 and gradient 0 (core/backend.h states the contract).
 // lse = m + log s is never formed: Note [softmax at the logits' scale] in core/ops/softmax.cpp.
 // s is summed in double for float32 rows too: a long float32 sum of similar terms (a row of
 // 1000 logits within a few units of each other) would add ~sqrt(cols) ulps of rounding to every
 // p and log p; summed in double, s is as exact as its terms.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/cpu_backend.h"
 
@@ -105,31 +110,70 @@ void CpuBackend::softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx)
   });
 }
 
-std::optional<std::pair<int64_t, int64_t>> CpuBackend::find_invalid_target(const Tensor& targets, int64_t num_classes) {
+std::optional<std::pair<int64_t, int64_t>> CpuBackend::find_invalid_target(const Tensor& targets, int64_t num_classes,
+                                                                           std::optional<int64_t> ignore_index) {
   const int64_t* t = targets.data<int64_t>();
   for (int64_t i = 0; i < targets.numel(); ++i)
-    if (t[i] < 0 || t[i] >= num_classes) return std::make_pair(i, t[i]);
+    if ((t[i] < 0 || t[i] >= num_classes) && t[i] != ignore_index) return std::make_pair(i, t[i]);
   return std::nullopt;
 }
 
+namespace {
+
+// What a row's target makes of the gradient (p - q)·scale, q = (1 - ε)·onehot(t) + ε/C:
+// d_j = p_j·scale - class_w, and d_t -= target_w. With ε = 0, class_w = 0 and target_w = scale,
+// the bits of the unsmoothed (p·scale) - scale.
+template <typename T>
+struct CeWeights {
+  T target_w, class_w;
+};
+
+template <typename T>
+CeWeights<T> ce_weights(T scale, const CrossEntropyOptions& o, int64_t cols) {
+  const double eps = o.label_smoothing;
+  return {static_cast<T>((1.0 - eps) * scale), static_cast<T>(eps / static_cast<double>(cols) * scale)};
+}
+
+// The row's loss from its statistics: (1 - ε)·nll + ε·smooth with nll = log s - (x_t - m) and
+// smooth = log s - Σ_j (x_j - m) / C (the mean of -log p_j; the sum over x - m in double, so no
+// error at the logits' scale enters it). ε = 0 gives nll itself, also for rows where smooth is inf.
+template <typename T>
+T ce_loss(const T* row, int64_t cols, int64_t target, const RowLse<T>& st, double eps) {
+  const T log_s = static_cast<T>(std::log(st.s));
+  const T nll = log_s - (row[target] - st.m);
+  if (eps == 0.0) return nll;
+  double shifted = 0.0;
+  for (int64_t j = 0; j < cols; ++j) shifted += static_cast<double>(row[j] - st.m);
+  const T smooth = log_s - static_cast<T>(shifted / static_cast<double>(cols));
+  return static_cast<T>(1.0 - eps) * nll + static_cast<T>(eps) * smooth;
+}
+
+}  // namespace
+
 void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
-                                               Tensor& stats) {
+                                               Tensor& stats, const CrossEntropyOptions& o) {
   dispatch_floating(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     const T* px = logits.data<T>();
     const int64_t* pt = targets.data<int64_t>();
     T *pl = loss.data<T>(), *pstats = stats.data<T>();  // stats [rows, 2]: (m, 1/s)
     for_rows(logits, [&](int64_t r, int64_t cols) {
+      if (pt[r] == o.ignore_index) {  // backward writes 0 for this row without reading its stats
+        pl[r] = T(0);
+        pstats[2 * r] = T(0);
+        pstats[2 * r + 1] = T(1);
+        return;
+      }
       const RowLse<T> st = row_logsumexp(px + r * cols, cols);
       pstats[2 * r] = st.m;
       pstats[2 * r + 1] = static_cast<T>(1.0 / st.s);
-      pl[r] = static_cast<T>(std::log(st.s)) - (px[r * cols + pt[r]] - st.m);
+      pl[r] = ce_loss(px + r * cols, cols, pt[r], st, o.label_smoothing);
     });
   });
 }
 
 void CpuBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
-                                                const Tensor& scale, Tensor& dlogits) {
+                                                const Tensor& scale, Tensor& dlogits, const CrossEntropyOptions& o) {
   dispatch_floating(logits.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *px = logits.data<T>(), *pstats = stats.data<T>(), *ps = scale.data<T>();  // stats [rows, 2]: (m, 1/s)
@@ -137,33 +181,55 @@ void CpuBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tens
     T* pd = dlogits.data<T>();
     const bool per_row = scale.numel() > 1 || (scale.numel() == 1 && logits.shape()[0] == 1 && scale.dim() == 1);
     for_rows(logits, [&](int64_t r, int64_t cols) {
+      T* drow = pd + r * cols;
+      if (pt[r] == o.ignore_index) {
+        std::fill(drow, drow + cols, T(0));
+        return;
+      }
       const T s = per_row ? ps[r] : ps[0];
+      const CeWeights<T> w = ce_weights(s, o, cols);
       const T m = pstats[2 * r], inv_s = pstats[2 * r + 1];
-      for (int64_t j = 0; j < cols; ++j) pd[r * cols + j] = std::exp(px[r * cols + j] - m) * inv_s * s;
-      pd[r * cols + pt[r]] -= s;
+      for (int64_t j = 0; j < cols; ++j) drow[j] = std::exp(px[r * cols + j] - m) * inv_s * s - w.class_w;
+      drow[pt[r]] -= w.target_w;
     });
   });
 }
 
-void CpuBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
-                                             Tensor& dlogits) {
+void CpuBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& scale,
+                                             Tensor& loss, Tensor& dlogits, const CrossEntropyOptions& o) {
   dispatch_floating(logits.dtype(), "softmax_cross_entropy_fused", [&](auto tag) {
     using T = decltype(tag);
     const T* px = logits.data<T>();
     const int64_t* pt = targets.data<int64_t>();
     T *pl = loss.data<T>(), *pd = dlogits.data<T>();
-    const T s = static_cast<T>(scale);
+    const T s = scale.defined() ? scale.data<T>()[0] : T(1);
     // The second sweep re-reads a row the first one just brought into cache.
     for_rows(logits, [&](int64_t r, int64_t cols) {
       const T* row = px + r * cols;
-      const RowLse<T> st = row_logsumexp(row, cols);
-      pl[r] = static_cast<T>(std::log(st.s)) - (row[pt[r]] - st.m);
-      const T inv_s = static_cast<T>(1.0 / st.s);
       T* drow = pd + r * cols;
-      for (int64_t j = 0; j < cols; ++j) drow[j] = std::exp(row[j] - st.m) * inv_s * s;
-      drow[pt[r]] -= s;
+      if (pt[r] == o.ignore_index) {
+        pl[r] = T(0);
+        std::fill(drow, drow + cols, T(0));
+        return;
+      }
+      const RowLse<T> st = row_logsumexp(row, cols);
+      pl[r] = ce_loss(row, cols, pt[r], st, o.label_smoothing);
+      const T inv_s = static_cast<T>(1.0 / st.s);
+      const CeWeights<T> w = ce_weights(s, o, cols);
+      for (int64_t j = 0; j < cols; ++j) drow[j] = std::exp(row[j] - st.m) * inv_s * s - w.class_w;
+      drow[pt[r]] -= w.target_w;
     });
   });
+}
+
+void CpuBackend::cross_entropy_mean_scale(const Tensor& targets, int64_t ignore_index, Tensor& scale) {
+  const int64_t* t = targets.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < targets.numel(); ++i) count += t[i] != ignore_index;
+  // 1/0 = +inf (IEEE): the mean of no losses becomes 0 · inf = NaN, as in PyTorch.
+  const double inv = count > 0 ? 1.0 / static_cast<double>(count) : std::numeric_limits<double>::infinity();
+  dispatch_floating(scale.dtype(), "cross_entropy_mean_scale",
+                    [&](auto tag) { scale.data<decltype(tag)>()[0] = static_cast<decltype(tag)>(inv); });
 }
 
 }  // namespace minidl::cpu

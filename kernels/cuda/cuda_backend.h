@@ -82,13 +82,16 @@ class CudaBackend final : public Backend {
   void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override;
-  std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes) override;
-  void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message) override;
-  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& stats) override;
-  void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, double scale, Tensor& loss,
-                                   Tensor& dlogits) override;
+  std::optional<std::pair<int64_t, int64_t>> find_invalid_target(const Tensor& targets, int64_t num_classes,
+                                                                 std::optional<int64_t> ignore_index) override;
+  void check_targets(const Tensor& targets, int64_t num_classes, TargetErrorMessage message,
+                     std::optional<int64_t> ignore_index = std::nullopt) override;
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& stats,
+                                     const CrossEntropyOptions& o) override;
+  void softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& scale, Tensor& loss,
+                                   Tensor& dlogits, const CrossEntropyOptions& o) override;
   void softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
-                                      const Tensor& scale, Tensor& dlogits) override;
+                                      const Tensor& scale, Tensor& dlogits, const CrossEntropyOptions& o) override;
 
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) override;
   void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
@@ -146,6 +149,16 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, bool causal, double scale, double dropout_p, uint64_t seed,
                           uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) override;
+
+  // ---- training-loop utilities (cross_entropy.cu, multi_tensor.cu, sampling.cu) ----
+  void cross_entropy_mean_scale(const Tensor& targets, int64_t ignore_index, Tensor& scale) override;
+  void multi_tensor_norm(const std::vector<Tensor>& tensors, double p, Tensor& out) override;
+  void multi_tensor_clip(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm) override;
+  void topk(const Tensor& x, int64_t k, bool largest, Tensor& values, Tensor& indices) override;
+  std::optional<std::pair<int64_t, MultinomialDefect>> find_invalid_distribution(const Tensor& weights,
+                                                                                  int64_t min_positive) override;
+  void multinomial(const Tensor& weights, int64_t n, bool replacement, uint64_t seed, uint64_t offset,
+                   Tensor& out) override;
 
  private:
   int device_;

@@ -50,12 +50,17 @@ struct RowStat {
   float sum = 0.0f;
 };
 
-// Per-row values an op needs besides the row itself (cross-entropy: target, scale, and for the
-// backward the statistic its forward saved).
+// Per-row values an op needs besides the row itself (cross-entropy: target, scale, the weights of
+// its target distribution, and for the backward the statistic its forward saved).
 struct RowCtx {
   int64_t target = -1;
   float scale = 1.0f;
   RowStat stat;  // the row's statistic when kReduce == None
+  // Cross-entropy's target distribution (1 - ε)·onehot + ε/C as what it subtracts from p·scale:
+  // target_w = (1 - ε)·scale at the target, class_w = ε/C·scale everywhere; skip: an ignored row.
+  float target_w = 1.0f;
+  float class_w = 0.0f;
+  bool skip = false;
 };
 
 // The row pointers every op has: input a (and b when it reads two), output out; row r of each

@@ -1,0 +1,193 @@
+// Multi-tensor kernels in the CUDA backend (float32): one launch over a list of tensors, the
+// gradients of clip_grad_norm_.
+//   multi_tensor_norm:  out = (Σ_tensors Σ_i |x_i|^p)^(1/p), or max |x_i| for p = inf
+//   multi_tensor_clip:  x_i *= c, c = min(max_norm / (norm[0] + 1e-6), 1), in place
+// Strategy (PyTorch's multi_tensor_apply, with the table in device memory): the host writes a
+// table {pointer, numel} per tensor and the first chunk of each (chunks of kChunk elements; a
+// chunk never spans two tensors) into a CPU tensor and copies it to the device (a copy that has
+// read its source when it returns, and a table block the caching allocator reuses only after the
+// kernel that reads it), so one launch covers any number of tensors. Block b walks chunks b,
+// b + grid, ... (binary search in the table for the chunk's tensor), 256 threads over each chunk.
+// The norm reduces each block's chunks to one partial in a fixed order, and the last block to
+// finish (an atomic ticket after a memory fence) combines the partials in block order, in double,
+// and takes the root: one launch, and the same bits every run for a given grid.
+#include <cmath>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace minidl::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kChunk = 4096;  // elements per chunk: 16 per thread
+
+enum class NormKind : int { Max, One, Two, Pow };
+
+// The device table of n tensors: ptr[n] (as int64), numel[n], first_chunk[n + 1].
+struct Table {
+  const int64_t* ptr;
+  const int64_t* numel;
+  const int64_t* first_chunk;
+  int n;
+};
+
+// The tensor holding global chunk c: the last t with first_chunk[t] <= c.
+__device__ inline int tensor_of(const Table& tab, int64_t c) {
+  int lo = 0, hi = tab.n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tab.first_chunk[mid] <= c) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ inline float* tensor_data(const Table& tab, int t) {
+  return reinterpret_cast<float*>(static_cast<uintptr_t>(tab.ptr[t]));
+}
+
+// max(a, b) that keeps a NaN (fmaxf drops one): the norm of a NaN gradient is NaN, as in PyTorch.
+__device__ inline float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
+
+__device__ inline float norm_term(float x, NormKind kind, float p) {
+  const float a = fabsf(x);
+  switch (kind) {
+    case NormKind::Max:
+    case NormKind::One: return a;
+    case NormKind::Two: return x * x;
+    case NormKind::Pow: return powf(a, p);
+  }
+  return a;
+}
+
+// ---- kernels ----
+
+__global__ void __launch_bounds__(kThreads)
+    multi_tensor_norm_kernel(Table tab, int64_t chunks, NormKind kind, float p, float* __restrict__ partial,
+                             unsigned int* __restrict__ ticket, float* __restrict__ out) {
+  __shared__ float scratch[kWarpSize];
+  __shared__ bool last;
+  const bool is_max = kind == NormKind::Max;
+  float acc = 0.0f;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int t = tensor_of(tab, c);
+    const float* x = tensor_data(tab, t);
+    const int64_t begin = (c - tab.first_chunk[t]) * kChunk;
+    const int64_t end = begin + kChunk < tab.numel[t] ? begin + kChunk : tab.numel[t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = norm_term(x[i], kind, p);
+      acc = is_max ? nan_max(acc, v) : acc + v;
+    }
+  }
+  // The block's partial, in a fixed order.
+  if (is_max) {
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) acc = nan_max(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
+    if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) acc = nan_max(acc, scratch[w]);
+    }
+  } else {
+    acc = block_sum(acc, scratch);
+  }
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = acc;
+    __threadfence();  // the partial is visible to every block before the ticket says so
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    __threadfence();
+    const volatile float* parts = partial;
+    double total = 0.0;
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+      const double v = parts[b];
+      total = is_max ? ((total != total || total > v) ? total : v) : total + v;
+    }
+    const double norm = kind == NormKind::Two ? sqrt(total) : kind == NormKind::Pow ? pow(total, 1.0 / p) : total;
+    out[0] = static_cast<float>(norm);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    multi_tensor_clip_kernel(Table tab, int64_t chunks, const float* __restrict__ norm, float max_norm) {
+  const float coef = max_norm / (norm[0] + 1e-6f);
+  const float s = coef > 1.0f ? 1.0f : coef;  // NaN fails the test and stays
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int t = tensor_of(tab, c);
+    float* x = tensor_data(tab, t);
+    const int64_t begin = (c - tab.first_chunk[t]) * kChunk;
+    const int64_t end = begin + kChunk < tab.numel[t] ? begin + kChunk : tab.numel[t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= s;
+  }
+}
+
+// ---- host helpers ----
+
+// The table of `tensors` on the device (kept alive by `storage`), and the number of chunks.
+Table upload_table(const CudaBackend& be, const std::vector<Tensor>& tensors, Tensor& storage, int64_t& chunks) {
+  const int64_t n = static_cast<int64_t>(tensors.size());
+  Tensor host = empty(Shape{3 * n + 1}, TensorOptions(DType::Int64, Device::cpu()));  // [ptr n][numel n][first_chunk n+1]
+  int64_t* h = host.data<int64_t>();
+  chunks = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    h[t] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(tensors[static_cast<size_t>(t)].raw_data()));
+    h[n + t] = tensors[static_cast<size_t>(t)].numel();
+    h[2 * n + t] = chunks;
+    chunks += ceil_div(h[n + t], kChunk);
+  }
+  h[3 * n] = chunks;
+  storage = empty(host.shape(), TensorOptions(DType::Int64, be.device()));
+  MINIDL_CUDA_CHECK(cudaMemcpyAsync(storage.raw_data(), host.raw_data(), static_cast<size_t>(3 * n + 1) * sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, be.stream()));
+  const int64_t* d = storage.data<int64_t>();
+  return Table{d, d + n, d + 2 * n, static_cast<int>(n)};
+}
+
+bool all_contiguous_float32(const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors)
+    if (t.dtype() != DType::Float32 || !t.is_contiguous()) return false;
+  return true;
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void CudaBackend::multi_tensor_norm(const std::vector<Tensor>& tensors, double p, Tensor& out) {
+  MINIDL_INTERNAL_ASSERT(!tensors.empty() && p > 0.0 && all_contiguous_float32(tensors) &&
+                         out.dtype() == DType::Float32 && out.numel() == 1);
+  DeviceGuard guard(device_index());
+  Tensor table_storage;
+  int64_t chunks = 0;
+  const Table tab = upload_table(*this, tensors, table_storage, chunks);
+  const NormKind kind = std::isinf(p) ? NormKind::Max : p == 1.0 ? NormKind::One : p == 2.0 ? NormKind::Two : NormKind::Pow;
+  const unsigned blocks = grid_for(chunks, 1, multiprocessor_count(), 4);
+  // partial [blocks] floats and the ticket word, one allocation; the ticket starts at 0.
+  Tensor scratch = empty(Shape{static_cast<int64_t>(blocks) + 1}, TensorOptions(DType::Float32, device()));
+  float* partial = scratch.data<float>();
+  auto* ticket = reinterpret_cast<unsigned int*>(partial + blocks);
+  MINIDL_CUDA_CHECK(cudaMemsetAsync(ticket, 0, sizeof(unsigned int), stream()));
+  MINIDL_LAUNCH(multi_tensor_norm_kernel, blocks, kThreads, 0, stream(), tab, chunks, kind, static_cast<float>(p),
+                partial, ticket, out.data<float>());
+}
+
+void CudaBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm) {
+  MINIDL_INTERNAL_ASSERT(all_contiguous_float32(tensors) && total_norm.dtype() == DType::Float32 &&
+                         total_norm.numel() == 1);
+  DeviceGuard guard(device_index());
+  Tensor table_storage;
+  int64_t chunks = 0;
+  const Table tab = upload_table(*this, tensors, table_storage, chunks);
+  if (chunks == 0) return;
+  const unsigned blocks = grid_for(chunks, 1, multiprocessor_count(), 8);
+  MINIDL_LAUNCH(multi_tensor_clip_kernel, blocks, kThreads, 0, stream(), tab, chunks, total_norm.data<float>(),
+                static_cast<float>(max_norm));
+}
+
+}  // namespace minidl::cuda
