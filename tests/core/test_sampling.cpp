@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/ops.h"
 
 using namespace minidl;
