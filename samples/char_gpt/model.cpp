@@ -44,10 +44,13 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = n_embd_, H = n_head_;
-  const std::vector<Tensor> qkv = (*c_attn)(x).split(C, 2);  // 3 x [B, T, C]
-  // [B, T, C] -> [B, T, H, hs] -> [B, H, T, hs]: a transposed view, last dim contiguous.
-  auto heads = [&](const Tensor& t) { return t.view({B, T, H, C / H}).transpose(1, 2); };
-  const Tensor y = ops::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true,
+  // nanoGPT splits the fused projection into q, k, v [B, T, C] and views each as [B, T, H, hs];
+  // the same slices come from one view [B, T, 3, H, hs] of the whole output, which needs no copy
+  // (a slice of the last dim cannot be viewed with split heads without one: view() refuses it).
+  const Tensor qkv = (*c_attn)(x).view({B, T, 3, H, C / H});
+  // q, k or v: [B, T, H, hs] -> [B, H, T, hs], a strided view with a contiguous last dim.
+  auto heads = [&](int64_t i) { return qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2); };
+  const Tensor y = ops::scaled_dot_product_attention(heads(0), heads(1), heads(2), /*causal=*/true,
                                                      is_training() ? dropout_ : 0.0);  // [B, H, T, hs]
   const Tensor merged = y.transpose(1, 2).contiguous().view({B, T, C});             // heads side by side
   return (*resid_dropout)((*c_proj)(merged));

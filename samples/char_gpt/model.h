@@ -5,8 +5,8 @@
 //     -> n_layer x Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))    pre-LN residual blocks
 //     -> ln_f -> logits = x · wteᵀ                                       [B, T, vocab]
 //
-//   attn: c_attn (one fused Linear C -> 3C), split into q, k, v, each viewed [B, T, H, hs] and
-//         transposed to [B, H, T, hs]; causal scaled_dot_product_attention (dropout in
+//   attn: c_attn (one fused Linear C -> 3C), split into q, k, v, each [B, T, H, hs] (slices of
+//         one view [B, T, 3, H, hs]) transposed to [B, H, T, hs]; causal scaled_dot_product_attention (dropout in
 //         training); heads merged back to [B, T, C]; c_proj (C -> C); residual dropout.
 //   mlp:  c_fc (C -> 4C), exact GELU, c_proj (4C -> C), dropout.
 //

@@ -102,7 +102,7 @@ struct SampleOptions {
   int64_t length = 500;      // characters to generate
   double temperature = 1.0;  // > 0; < 1 sharper, > 1 flatter
   int64_t top_k = 0;         // keep the k most likely characters (0: all)
-  std::string prompt;        // "" starts from "\n" (nanoGPT's start), or from character 0 without one
+  std::string prompt{};      // "" starts from "\n" (nanoGPT's start), or from character 0 without one
   uint64_t seed = 1337;
 };
 
