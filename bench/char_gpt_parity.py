@@ -13,8 +13,9 @@ once, as transformer.wte.weight, and lm_head.weight is the same Parameter; Linea
 [out, in] in both), runs the same step in float32 and reports the largest absolute and relative
 difference of the loss, of each gradient and of each parameter's update (its value after the step minus before). --double also runs
 PyTorch in float64, a reference closer to the exact values than either float32 run.
-Exits 1 when a difference passes --tol (relative to the tensor's largest magnitude); 0 when
-torch is not installed (skipped)."""
+Exits 1 when the loss or a gradient differs by more than --tol (default 1e-4, relative to the
+tensor's largest magnitude); the updates are reported, not judged (see the note at the end of
+main()). Exits 0 when torch is not installed (skipped)."""
 import json
 import math
 import os
@@ -118,13 +119,24 @@ def main():
         print(f"{n:44} {str(list(grads[n].shape)):>12} {g[0]:10.2e} {g[1]:10.2e} {s[0]:10.2e} {s[1]:10.2e}")
     for key, (a, r, n) in worst.items():
         print(f"largest {key} difference: {a:.2e} absolute, {r:.2e} relative to the tensor's largest magnitude ({n})")
+    lr = float(meta["lr"])
+    print(f"largest update difference in units of the lr ({lr:.3g}): {worst['step'][0] / lr:.2e}")
     if double:
-        loss64, grads64, _, _, _ = one_step(dump, meta, torch.float64)
+        loss64, grads64, stepped64, _, _ = one_step(dump, meta, torch.float64)
         g_m = max(diff(dump["grad." + n], grads64[n])[1] for n in names)
         g_t = max(diff(grads[n], grads64[n])[1] for n in names)
+        u_m = max(diff(dump["step." + n].double() - dump["init." + n].double(),
+                       stepped64[n] - dump["init." + n].double())[0] for n in names)
+        u_t = max(diff(stepped[n].double() - dump["init." + n].double(),
+                       stepped64[n] - dump["init." + n].double())[0] for n in names)
         print(f"against PyTorch float64: loss minidl {abs(mloss - loss64):.2e}, PyTorch float32 {abs(loss - loss64):.2e}; "
-              f"largest relative gradient error minidl {g_m:.2e}, PyTorch float32 {g_t:.2e}")
-    bad = abs(mloss - loss) > tol * max(1.0, abs(loss)) or worst["grad"][1] > tol or worst["step"][1] > tol
+              f"largest relative gradient error minidl {g_m:.2e}, PyTorch float32 {g_t:.2e}; "
+              f"largest update error minidl {u_m:.2e}, PyTorch float32 {u_t:.2e}")
+    # Only the loss and the gradients decide: Adam's first update is lr * g / (|g| + eps), which
+    # turns the float32 rounding of a gradient element near eps = 1e-8 into a visible share of the
+    # lr, so the updates of two correct float32 implementations differ there (--double shows
+    # PyTorch float32 differing from float64 by as much).
+    bad = abs(mloss - loss) > tol * max(1.0, abs(loss)) or worst["grad"][1] > tol
     print(json.dumps({"bench": "char_gpt_parity", "loss_abs": abs(mloss - loss), "grad_abs": worst["grad"][0],
                       "grad_rel": worst["grad"][1], "step_abs": worst["step"][0], "step_rel": worst["step"][1],
                       "tol": tol, "ok": not bad}))
