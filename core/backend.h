@@ -264,6 +264,28 @@ class Backend {
   // An index outside [0, V) (see embedding_forward) adds nothing.
   virtual void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) = 0;
 
+  // ==== batched matrix products and masks (the GPT's attention and its causal mask) ====
+  // A strided-batched product C[i] = op(A[i]) · op(B[i]) for i < batch. Matrix i of A starts
+  // stride_a elements after a's first element times i (stride 0: one matrix serves the whole
+  // batch, a broadcast); it is [M, K] row-major with row stride lda (>= K), or [K, M] with row
+  // stride lda (>= M) when trans_a, so op(A) = Aᵀ reads a transposed view in place. B likewise:
+  // [K, N] or, when trans_b, [N, K], with ldb. C is contiguous [batch, M, N]. The op layer
+  // passes M, N, K >= 1 and batch >= 1, operands on this device in c's dtype.
+  struct BatchedMatmul {
+    int64_t batch = 1, m = 0, n = 0, k = 0;
+    int64_t stride_a = 0, lda = 0;
+    bool trans_a = false;
+    int64_t stride_b = 0, ldb = 0;
+    bool trans_b = false;
+  };
+  virtual void matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) = 0;
+  // y[i, r, c] = x[i, r, c] where the element lies on the kept side of diagonal `diagonal`, else
+  // 0: kept is c − r <= diagonal (lower, tril) or c − r >= diagonal (upper, triu). x and y
+  // contiguous [batch, R, C], distinct tensors.
+  virtual void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) = 0;
+  // y[i] = mask[i] != 0 ? value : x[i]; x, mask and y contiguous, same shape and dtype.
+  virtual void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) = 0;
+
   // ==== attention ====
   // Scaled dot-product attention per (b, h) of q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev]
   // (core/ops/attention.cpp has the math). The op layer guarantees rank 4, L, S, E, Ev >= 1,

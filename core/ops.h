@@ -16,7 +16,11 @@
 #include "core/ops/embedding.h"
 #include "core/ops/gelu.h"
 #include "core/ops/layer_norm.h"
+// Attention masks: tril, triu, masked_fill.
+#include "core/ops/mask.h"
+
 // Attention: fused scaled dot-product attention.
 #include "core/ops/attention.h"
+
 // Sampling: topk, multinomial.
 #include "core/ops/sampling.h"

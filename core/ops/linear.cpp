@@ -1,12 +1,20 @@
 // matmul and linear, with their gradients.
-//   matmul: C[M,N] = A[M,K]·B[K,N];  dA = dC·Bᵀ, dB = Aᵀ·dC.
+//   matmul: C[..., M, N] = A[..., M, K]·B[..., K, N], the batch dims broadcast (torch.matmul);
+//           dA = sum_to(dC·Bᵀ), dB = sum_to(Aᵀ·dC) over the batch dims each operand was
+//           broadcast along. A 1-D operand gets a dim of 1 (prepended for A, appended for B)
+//           that the result drops again.
 //   linear: y[N,M] = x[N,K]·W[M,K]ᵀ + b[M] (optionally relu'd, fused in the epilogue);
 //           with dy (masked by y > 0 when relu was fused): dx = dy·W, dW = dyᵀ·x, db = Σ_rows dy.
-// The transposes are flags to the GEMM, never copies.
+//           x [..., K] is flattened to [N, K] (a view when x is contiguous).
+// The transposes are flags to the GEMM, never copies: Note [matmul operands in place].
 #include "core/ops/linear.h"
+
+#include <algorithm>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/ops/reduce.h"
 
 namespace minidl::ops {
 
@@ -18,19 +26,112 @@ void check_float_matrix(const Tensor& t, const char* op, const char* arg) {
                " with shape ", t.shape());
 }
 
+// Note [matmul operands in place]
+// The batched GEMM (Backend::matmul_batched) reads matrix i of an operand at i·batch_stride
+// from its first element, row-major with a row stride, or column-major (a transposed view, such
+// as k.transpose(-2, -1)) with a column stride. So an operand is passed as it lies whenever
+//   - its last two dims have unit stride along one of them (the other is the leading
+//     dimension), which covers contiguous tensors, their transposes and narrowed windows; and
+//   - its batch dims, broadcast to the result's, step by one stride: matrix i of the flattened
+//     batch at i·s (a contiguous batch, or s = 0 for an operand broadcast along all of them).
+// Anything else is copied: first the matrix dims (before broadcasting, so the copy is of the
+// operand's own size), then, when only the batch dims disagree (an operand broadcast along
+// some batch dims but not others), the broadcast operand as a whole.
+
+// How the GEMM reads a [rows, cols] matrix with strides (rs, cs), if it can.
+struct MatrixLayout {
+  bool readable = false;
+  bool transposed = false;  // column-major: the GEMM's trans flag
+  int64_t ld = 0;           // the stride between rows (row-major) or columns (transposed)
+};
+
+MatrixLayout matrix_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  // A dim of size 1 is never stepped along, so its stride does not matter.
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) return {true, false, rows == 1 ? cols : rs};
+  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rows)) return {true, true, cols == 1 ? rows : cs};
+  return {};
+}
+
+// The stride s with which matrix i of the row-major flattened batch starts at i·s, if one exists.
+std::optional<int64_t> uniform_batch_stride(const Tensor& x, int batch_dims) {
+  std::optional<int64_t> stride;
+  int64_t next = 0;  // the stride the next outer dim must have
+  for (int d = batch_dims - 1; d >= 0; --d) {
+    const int64_t size = x.shape()[d], s = x.strides()[d];
+    if (size == 1) continue;
+    if (!stride) stride = s;
+    else if (s != next) return std::nullopt;
+    next = s * size;
+  }
+  return stride.value_or(0);
+}
+
+// An operand [..., rows, cols] expanded to batch shape `batch` and described for the GEMM:
+// `data` holds matrix 0 at its first element (Note [matmul operands in place]).
+struct GemmOperand {
+  Tensor data;
+  int64_t batch_stride = 0;
+  MatrixLayout layout;
+};
+
+GemmOperand gemm_operand(Tensor x, const Shape& batch) {
+  const int r = x.dim();
+  const int64_t rows = x.shape()[r - 2], cols = x.shape()[r - 1];
+  if (!matrix_layout(rows, cols, x.strides()[r - 2], x.strides()[r - 1]).readable) x = x.contiguous();
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  x = x.expand(full);
+  std::optional<int64_t> stride = uniform_batch_stride(x, batch.rank());
+  if (!stride) {
+    x = x.contiguous();
+    stride = rows * cols;
+  }
+  const int n = x.dim();
+  return {x, *stride, matrix_layout(rows, cols, x.strides()[n - 2], x.strides()[n - 1])};
+}
+
+// C[batch..., M, N] = a[..., M, K] · b[..., K, N] (both >= 2-D, checked), outside autograd.
+Tensor batched_product(const Tensor& a, const Tensor& b) {
+  const int ra = a.dim(), rb = b.dim();
+  Shape batch_a, batch_b;
+  for (int d = 0; d < ra - 2; ++d) batch_a.push_back(a.shape()[d]);
+  for (int d = 0; d < rb - 2; ++d) batch_b.push_back(b.shape()[d]);
+  const Shape batch = broadcast_shapes(batch_a, batch_b, "matmul (the batch dims, all but the last two)");
+  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor c = empty(out_shape, a.options());
+  if (c.numel() == 0) return c;
+  Backend& be = backend_for(a.device());
+  if (k == 0) {  // the empty sum
+    be.fill(c, 0.0);
+    return c;
+  }
+  const GemmOperand oa = gemm_operand(a.detach(), batch), ob = gemm_operand(b.detach(), batch);
+  Backend::BatchedMatmul p;
+  p.batch = batch.numel();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.stride_a = oa.batch_stride;
+  p.lda = oa.layout.ld;
+  p.trans_a = oa.layout.transposed;
+  p.stride_b = ob.batch_stride;
+  p.ldb = ob.layout.ld;
+  p.trans_b = ob.layout.transposed;
+  be.matmul_batched(oa.data, ob.data, c, p);
+  return c;
+}
+
 struct MatmulBackward final : Node {
-  Tensor a, b;
+  Tensor a, b;  // the >= 2-D operands as given (views are kept, not copied)
   std::vector<Tensor> apply(const Tensor& g) override {
-    const Tensor gc = g.contiguous();
     Tensor da, db;
-    if (next_edges[0].valid()) {
-      da = empty(a.shape(), a.options());
-      backend_for(a.device()).matmul(gc, b, da, false, true);
-    }
-    if (next_edges[1].valid()) {
-      db = empty(b.shape(), b.options());
-      backend_for(b.device()).matmul(a, gc, db, true, false);
-    }
+    // dA = dC·Bᵀ and dB = Aᵀ·dC, batched like the forward; the transposes are views.
+    if (next_edges[0].valid()) da = ops::sum_to(batched_product(g, b.transpose(-2, -1)), a.shape());
+    if (next_edges[1].valid()) db = ops::sum_to(batched_product(a.transpose(-2, -1), g), b.shape());
     return {da, db};
   }
   void release_saved() override { a = b = Tensor(); }
@@ -64,20 +165,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_float_matrix(a, "matmul", "a");
   check_float_matrix(b, "matmul", "b");
   check_same_device({&a, &b}, "matmul");
-  MINIDL_CHECK(a.dim() == 2 && b.dim() == 2, "matmul: expected 2-D tensors, got ", a.shape(), " and ", b.shape());
-  MINIDL_CHECK(a.shape()[1] == b.shape()[0], "matmul: inner dimensions differ: a is ", a.shape(), ", b is ", b.shape(),
-               " (expected a [M, K] and b [K, N])");
+  MINIDL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got ", a.shape(), " and ",
+               b.shape());
   MINIDL_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", a.dtype(), " and ", b.dtype(), ")");
+  // A 1-D a is a row [1, K], a 1-D b a column [K, 1]; the result drops that dim again.
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  const int64_t ka = a2.shape()[a2.dim() - 1], kb = b2.shape()[b2.dim() - 2];
+  MINIDL_CHECK(ka == kb, "matmul: inner dimensions differ: a is ", a.shape(), ", b is ", b.shape(),
+               " (expected a [..., M, K] and b [..., K, N])");
+  MINIDL_CHECK(std::max(a2.dim(), b2.dim()) <= Shape::kMaxRank, "matmul: a ", a.shape(), " and b ", b.shape(),
+               " need more than ", Shape::kMaxRank, " dims");
   check_backend_computes(a, "matmul", "a");
-  const Tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
-  Tensor c = empty(Shape{a.shape()[0], b.shape()[1]}, a.options());
-  if (c.numel() > 0) backend_for(a.device()).matmul(ac, bc, c, false, false);
-  if (autograd::any_requires_grad({&a, &b})) {
+  Tensor c = batched_product(a2, b2);  // throws naming matmul and the batch dims when they do not broadcast
+  if (autograd::any_requires_grad({&a2, &b2})) {
     auto node = std::make_shared<MatmulBackward>();
-    node->a = ac;
-    node->b = bc;
-    autograd::attach(node, {&a, &b}, c);
+    node->a = a2.detach();
+    node->b = b2.detach();
+    autograd::attach(node, {&a2, &b2}, c);
   }
+  if (a.dim() == 1) c = c.squeeze(-2);
+  if (b.dim() == 1) c = c.squeeze(-1);
   return c;
 }
 
@@ -85,10 +193,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
   check_float_matrix(x, "linear", "x");
   check_float_matrix(w, "linear", "weight");
   check_same_device({&x, &w, &b}, "linear");
-  MINIDL_CHECK(x.dim() == 2 && w.dim() == 2, "linear: expected x [N, in] and weight [out, in], got x ", x.shape(),
+  MINIDL_CHECK(x.dim() >= 1 && w.dim() == 2, "linear: expected x [..., in] and weight [out, in], got x ", x.shape(),
                " and weight ", w.shape());
-  MINIDL_CHECK(x.shape()[1] == w.shape()[1], "linear: x has ", x.shape()[1], " features (shape ", x.shape(),
-               ") but weight expects ", w.shape()[1], " (shape ", w.shape(), ")");
+  MINIDL_CHECK(x.shape()[x.dim() - 1] == w.shape()[1], "linear: x has ", x.shape()[x.dim() - 1],
+               " features (shape ", x.shape(), ") but weight expects ", w.shape()[1], " (shape ", w.shape(), ")");
   MINIDL_CHECK(x.dtype() == w.dtype(), "linear: x is ", x.dtype(), " but weight is ", w.dtype());
   if (b.defined()) {
     MINIDL_CHECK(b.dim() == 1 && b.shape()[0] == w.shape()[0], "linear: bias has shape ", b.shape(), ", expected [",
@@ -96,6 +204,15 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
     MINIDL_CHECK(b.dtype() == w.dtype(), "linear: bias is ", b.dtype(), " but weight is ", w.dtype());
   }
   check_backend_computes(x, "linear", "x");
+  if (x.dim() != 2) {
+    // x [..., in] as rows [N, in] (a view when x is contiguous; the 2-D path copies otherwise
+    // anyway); the output takes x's leading dims back. Autograd runs through both reshapes.
+    Shape out_shape = x.shape();
+    out_shape[out_shape.rank() - 1] = w.shape()[0];
+    int64_t rows = 1;
+    for (int d = 0; d < x.dim() - 1; ++d) rows *= x.shape()[d];
+    return linear(x.reshape(Shape{rows, w.shape()[1]}), w, b, relu).reshape(out_shape);
+  }
   const Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
   const Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
   Tensor y = empty(Shape{x.shape()[0], w.shape()[0]}, x.options());

@@ -1,13 +1,16 @@
-// matmul (2-D) and linear(x, W, b) = x·Wᵀ + b as one op (bias fused into the GEMM).
+// matmul (torch.matmul's shapes) and linear(x, W, b) = x·Wᵀ + b as one op (bias fused into the GEMM).
 #pragma once
 
 #include "core/tensor.h"
 
 namespace minidl::ops {
 
-// a [M, K] · b [K, N] -> [M, N]
+// a [..., M, K] · b [..., K, N] -> [..., M, N], as torch.matmul: the batch dims (all but the
+// last two) broadcast against each other; a 1-D a [K] is a row [1, K] and a 1-D b [K] a column
+// [K, 1], and that dim is dropped from the result ([K]·[K] -> a 0-dim scalar). Transposed views
+// of the last two dims (k.transpose(-2, -1)) are read in place, without a copy.
 Tensor matmul(const Tensor& a, const Tensor& b);
-// x [N, K], w [M, K], b [M] (may be undefined) -> [N, M]; relu=true fuses max(0, ·).
+// x [..., K], w [M, K], b [M] (may be undefined) -> [..., M]; relu=true fuses max(0, ·).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
 
 }  // namespace minidl::ops

@@ -283,7 +283,7 @@ Tensor cat(const std::vector<Tensor>& parts, int64_t dim) {
   out_shape[d] = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const Tensor& p = parts[i];
-    check_defined(p, "cat", "tensors[i]");
+    check_defined(p, "cat", "tensors[i] (an element of parts)");
     bool same_rest = p.dim() == first.dim();
     for (int k = 0; same_rest && k < p.dim(); ++k) same_rest = k == d || p.shape()[k] == first.shape()[k];
     MINIDL_CHECK(same_rest && p.dtype() == first.dtype() && p.device() == first.device(), "cat: tensor ", i, " is ",

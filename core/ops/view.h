@@ -20,7 +20,8 @@ Tensor expand(const Tensor& x, const Shape& shape);
 Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
 Tensor to(const Tensor& x, Device device, DType dtype);
-// Concatenates along dim 0 (same trailing shape, dtype, device). Differentiable.
+// Concatenates along dim (negative counts from the end): every part has the first one's rank,
+// dtype, device and sizes except along dim. Differentiable.
 Tensor cat(const std::vector<Tensor>& parts, int64_t dim = 0);
 // Rows of x (any rank, along dim 0) picked by int64 indices; not differentiable (data path).
 Tensor index_rows(const Tensor& x, const std::vector<int64_t>& indices);

@@ -81,4 +81,12 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cubl
                            int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
                            const float* beta, float* C, int ldc);
 
+// batchCount products of cublasSgemm's form, product i on A + i·strideA, B + i·strideB and
+// C + i·strideC (a stride may be 0: one matrix for every product), queued in order.
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long int strideA, const float* B, int ldb, long long int strideB,
+                                         const float* beta, float* C, int ldc, long long int strideC,
+                                         int batchCount);
+
 }  // extern "C"

@@ -319,4 +319,20 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cubl
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// As cublasSgemm per product: the same checks (made on product 0, whose shape every product
+// shares) and one queued GEMM per product, in order.
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long int strideA, const float* B, int ldb, long long int strideB,
+                                         const float* beta, float* C, int ldc, long long int strideC,
+                                         int batchCount) {
+  if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  for (int i = 0; i < batchCount; ++i) {
+    const cublasStatus_t status = cublasSgemm(handle, transa, transb, m, n, k, alpha, A + i * strideA, lda,
+                                              B + i * strideB, ldb, beta, C + i * strideC, ldc);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // extern "C"

@@ -1,5 +1,8 @@
 // CPU matmul and linear, all through the one GEMM core (kernels/cpu/gemm.cpp):
 //   matmul:   C = op(A)·op(B)        (transposes are strides, never copies)
+//   batched:  C[i] = op(A[i])·op(B[i]) (operand i at a batch stride, 0 when broadcast); a batch
+//             of small products (attention heads) is spread over the threads one product each,
+//             a batch of large ones runs one product after another, each threaded by the GEMM
 //   forward:  y[N,M] = x[N,K]·W[M,K]ᵀ + b     — B = Wᵀ read with strides (1, K); bias and
 //             ReLU fused in the GEMM epilogue
 //   backward: dx[N,K] = dy[N,M]·W[M,K];  dW[M,K] = dyᵀ·x;  db[M] = Σ_rows dy
@@ -37,6 +40,41 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_
     g.c = c.data<T>();
     g.ldc = g.n;
     gemm(g);
+  });
+}
+
+void CpuBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) {
+  MINIDL_INTERNAL_ASSERT(p.batch >= 1 && p.m >= 1 && p.n >= 1 && p.k >= 1 && c.is_contiguous(), "batch, M, N, K = ",
+                         p.batch, ", ", p.m, ", ", p.n, ", ", p.k);
+  dispatch_floating(c.dtype(), "matmul_batched", [&](auto tag) {
+    using T = decltype(tag);
+    GemmArgs<T> g;  // product 0; product i moves each pointer by i batch strides
+    g.m = p.m;
+    g.n = p.n;
+    g.k = p.k;
+    g.rs_a = p.trans_a ? 1 : p.lda;  // op(A)[i, k] at A + i·rs_a + k·cs_a
+    g.cs_a = p.trans_a ? p.lda : 1;
+    g.rs_b = p.trans_b ? 1 : p.ldb;
+    g.cs_b = p.trans_b ? p.ldb : 1;
+    g.ldc = p.n;
+    const T* a0 = a.data<T>();
+    const T* b0 = b.data<T>();
+    T* c0 = c.data<T>();
+    auto product = [&](int64_t i) {
+      GemmArgs<T> gi = g;
+      gi.a = a0 + i * p.stride_a;
+      gi.b = b0 + i * p.stride_b;
+      gi.c = c0 + i * p.m * p.n;
+      gemm(gi);
+    };
+    // A product this small runs on the calling thread inside gemm (gemm_blocked's threshold),
+    // so the products can share the pool without nesting it; a larger one threads itself.
+    const int64_t flops = p.m * p.n * p.k;
+    if (p.batch == 1 || flops > (int64_t{1} << 18)) {
+      for (int64_t i = 0; i < p.batch; ++i) product(i);
+    } else {
+      parallel_rows(p.batch, p.batch * flops, product);
+    }
   });
 }
 

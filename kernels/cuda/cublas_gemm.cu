@@ -72,12 +72,23 @@ void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stre
                "cublas_sgemm: M, N, K = ", p.m, ", ", p.n, ", ", p.k, " and leading dimensions ", p.lda, ", ", p.ldb,
                ", ", p.ldc, " must fit cuBLAS's int (dimensions up to ", kMaxGemmDim, ")");
   const float one = 1.0f, zero = 0.0f;
-  // Note [row-major through column-major cuBLAS]: Cᵀ[N, M] = op(B)ᵀ · op(A)ᵀ.
-  MINIDL_CUBLAS_CHECK(cublasSgemm(handle, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), &one, p.b,
-                                  static_cast<int>(p.ldb), p.a, static_cast<int>(p.lda), &zero, p.c,
-                                  static_cast<int>(p.ldc)));
-  bias_activation(p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/true, stream);
+  const cublasOperation_t op_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+  const int lda = static_cast<int>(p.lda), ldb = static_cast<int>(p.ldb), ldc = static_cast<int>(p.ldc);
+  // Note [row-major through column-major cuBLAS]: Cᵀ[N, M] = op(B)ᵀ · op(A)ᵀ, per product.
+  if (p.batch == 1) {
+    MINIDL_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, n, m, k, &one, p.b, ldb, p.a, lda, &zero, p.c, ldc));
+  } else {
+    // cuBLAS takes an int batch count: chunks of at most INT_MAX products.
+    for (int64_t first = 0; first < p.batch; first += INT_MAX) {
+      const int count = static_cast<int>(std::min<int64_t>(p.batch - first, INT_MAX));
+      MINIDL_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, &one, p.b + first * p.stride_b, ldb,
+                                                    p.stride_b, p.a + first * p.stride_a, lda, p.stride_a, &zero,
+                                                    p.c + first * p.stride_c, ldc, p.stride_c, count));
+    }
+  }
+  for (int64_t i = 0; i < p.batch; ++i)  // returns at once when there is neither bias nor ReLU
+    bias_activation(p.c + i * p.stride_c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/true, stream);
 }
 
 }  // namespace minidl::cuda

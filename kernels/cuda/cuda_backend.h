@@ -137,6 +137,11 @@ class CudaBackend final : public Backend {
   void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) override;
   void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) override;
 
+  // ---- batched matrix products and masks (linear.cu and gemm.cu, mask.cu) ----
+  void matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) override;
+  void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) override;
+  void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) override;
+
   // ---- attention (attention.cu) ----
   int64_t attention_max_head_size() const override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
@@ -144,6 +149,7 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, bool causal, double scale, double dropout_p, uint64_t seed,
                           uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) override;
+
   // ---- training-loop utilities (cross_entropy.cu, multi_tensor.cu, sampling.cu) ----
   void cross_entropy_mean_scale(const Tensor& targets, int64_t ignore_index, Tensor& scale) override;
   void multi_tensor_norm(const std::vector<Tensor>& tensors, double p, Tensor& out) override;

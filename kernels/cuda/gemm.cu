@@ -63,10 +63,18 @@
 // Split K: grid.y = S, slice s writes its partial product to workspace [S, M, N], and
 // splitk_reduce_kernel adds the S partials in order, then bias and ReLU.
 //
+// Batches (GemmProblem::batch, the strided-batched product of matmul over [..., M, K]): grid.z
+// is the product, whose operands and output sit at fixed strides from the first one's; each
+// block offsets its three pointers by blockIdx.z strides and is otherwise the 2-D kernel
+// (batch 1 is z = 0: the 2-D path pays one multiply-add per pointer). A grid holds at most
+// 65535 in z, so a longer batch is launched in chunks of that many. A batch keeps K whole
+// (native_batched_gemm_plan): its products, not K slices, fill the device.
+//
 // Determinism: every output (or partial) is one thread's sequential sum over k in a fixed order,
 // and the split count depends only on the shape and the device's multiprocessor count.
 #include "kernels/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -123,6 +131,7 @@ struct SgemmArgs {
   int tiles_m = 0;  // blocks along M; block x computes tile (x % tiles_m, x / tiles_m)
   int k_split = 0;  // K values per slice; block y takes k in [y·k_split, min(K, (y+1)·k_split))
   int64_t split_stride = 0;  // elements between the outputs of consecutive slices (0: one slice)
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between consecutive products (grid.z)
   bool relu = false;
   bool vec_a = false, vec_b = false, vec_c = false;  // float4 global access allowed
 };
@@ -204,7 +213,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
   const int m_left = args.m - m0, n_left = args.n - n0;
   const int k_begin = static_cast<int>(blockIdx.y) * args.k_split;  // this block's slice of K
   const int k_len = min(args.k - k_begin, args.k_split);
-  float* const c = args.c + blockIdx.y * args.split_stride;  // C, or this slice's partial
+  const int64_t product = blockIdx.z;  // which product of a batch (0 for a single GEMM)
+  float* const c = args.c + product * args.stride_c + blockIdx.y * args.split_stride;  // C, or this slice's partial
+  const float* const a = args.a + product * args.stride_a;
+  const float* const b = args.b + product * args.stride_b;
 
   // Which outputs this thread owns: warp tile (warp_m, warp_n), lane (lane_m, lane_n) in each
   // 32×16 sub-tile; local row of accumulator i·4 + r is warp_m·WM + i·SUB_M + lane_m·4 + r.
@@ -216,10 +228,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
 
   // Slice origins at k = k_begin and their step per K tile: A [M, K] (or Aᵀ stored [K, M]),
   // B [K, N] (or Bᵀ stored [N, K]).
-  const float* a_slice = TRANS_A ? args.a + static_cast<int64_t>(k_begin) * args.lda + m0
-                                 : args.a + static_cast<int64_t>(m0) * args.lda + k_begin;
-  const float* b_slice = TRANS_B ? args.b + static_cast<int64_t>(n0) * args.ldb + k_begin
-                                 : args.b + static_cast<int64_t>(k_begin) * args.ldb + n0;
+  const float* a_slice = TRANS_A ? a + static_cast<int64_t>(k_begin) * args.lda + m0
+                                 : a + static_cast<int64_t>(m0) * args.lda + k_begin;
+  const float* b_slice = TRANS_B ? b + static_cast<int64_t>(n0) * args.ldb + k_begin
+                                 : b + static_cast<int64_t>(k_begin) * args.ldb + n0;
   const int64_t a_step = TRANS_A ? BK * args.lda : BK;
   const int64_t b_step = TRANS_B ? BK : BK * args.ldb;
 
@@ -337,28 +349,38 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t 
 // ---- launchers ----
 
 constexpr int kReduceThreads = 256;
+constexpr int64_t kMaxGridZ = 65535;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <class Cfg, bool TRANS_A, bool TRANS_B>
-void launch_sgemm(SgemmArgs args, int64_t splits, cudaStream_t stream) {
+void launch_sgemm(SgemmArgs args, int64_t splits, int64_t batch, cudaStream_t stream) {
   const int64_t tiles_m = ceil_div(args.m, Cfg::BM);
   const int64_t blocks = tiles_m * ceil_div(args.n, Cfg::BN);
   MINIDL_CHECK(blocks <= INT32_MAX, "native_sgemm: ", args.m, "x", args.n, " needs ", blocks,
                " thread blocks of ", Cfg::BM, "x", Cfg::BN, ", more than a grid holds");
   args.tiles_m = static_cast<int>(tiles_m);
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
-  MINIDL_LAUNCH(sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B>, grid, Cfg::THREADS, 0, stream, args);
+  // Products [first, first + count) of the batch per launch: grid.z holds at most 65535.
+  for (int64_t first = 0; first < batch; first += kMaxGridZ) {
+    const int64_t count = std::min(batch - first, kMaxGridZ);
+    SgemmArgs chunk = args;
+    chunk.a += first * args.stride_a;
+    chunk.b += first * args.stride_b;
+    chunk.c += first * args.stride_c;
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits), static_cast<unsigned>(count));
+    MINIDL_LAUNCH(sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B>, grid, Cfg::THREADS, 0, stream, chunk);
+  }
 }
 
 template <class Cfg>
-void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, int64_t splits, cudaStream_t stream) {
+void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, int64_t splits, int64_t batch,
+                           cudaStream_t stream) {
   if (trans_a) {
-    if (trans_b) launch_sgemm<Cfg, true, true>(args, splits, stream);
-    else launch_sgemm<Cfg, true, false>(args, splits, stream);
+    if (trans_b) launch_sgemm<Cfg, true, true>(args, splits, batch, stream);
+    else launch_sgemm<Cfg, true, false>(args, splits, batch, stream);
   } else {
-    if (trans_b) launch_sgemm<Cfg, false, true>(args, splits, stream);
-    else launch_sgemm<Cfg, false, false>(args, splits, stream);
+    if (trans_b) launch_sgemm<Cfg, false, true>(args, splits, batch, stream);
+    else launch_sgemm<Cfg, false, false>(args, splits, batch, stream);
   }
 }
 
@@ -375,6 +397,8 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
   check_gemm_plan(plan, p.m, p.n, p.k);
   MINIDL_CHECK(plan.splits == 1 || workspace != nullptr, "native_sgemm: ", p.m, "x", p.n, "x", p.k, " in ",
                plan.splits, " K slices needs a workspace of ", plan.workspace_floats(), " floats");
+  MINIDL_CHECK(p.batch >= 1 && (p.batch == 1 || plan.splits == 1), "native_sgemm: a batch of ", p.batch, " products ",
+               p.m, "x", p.n, "x", p.k, " runs on plans with whole K, got ", plan.splits, " K slices");
   SgemmArgs args;
   args.a = p.a;
   args.b = p.b;
@@ -388,9 +412,13 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
   args.k = static_cast<int>(p.k);
   args.k_split = static_cast<int>(plan.k_split);  // <= K rounded up to BK (check_gemm_plan): fits an int
   args.relu = p.relu;
-  args.vec_a = aligned16(p.a) && p.lda % 4 == 0;
-  args.vec_b = aligned16(p.b) && p.ldb % 4 == 0;
-  args.vec_c = aligned16(p.c) && p.ldc % 4 == 0;
+  args.stride_a = p.stride_a;
+  args.stride_b = p.stride_b;
+  args.stride_c = p.stride_c;
+  // float4 access needs every product's matrix aligned, not only the first one's.
+  args.vec_a = aligned16(p.a) && p.lda % 4 == 0 && p.stride_a % 4 == 0;
+  args.vec_b = aligned16(p.b) && p.ldb % 4 == 0 && p.stride_b % 4 == 0;
+  args.vec_c = aligned16(p.c) && p.ldc % 4 == 0 && p.stride_c % 4 == 0;
   if (plan.splits > 1) {  // slices write partials [splits, M, N]; bias and ReLU wait for their sum
     args.c = workspace;
     args.ldc = p.n;
@@ -400,11 +428,11 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
     args.split_stride = p.m * p.n;
   }
   switch (plan.tile) {
-    case GemmTile::Large128x128: launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
-    case GemmTile::Medium64x64: launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
-    case GemmTile::Small32x32: launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, plan.splits, stream); break;
+    case GemmTile::Large128x128: launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream); break;
+    case GemmTile::Medium64x64: launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream); break;
+    case GemmTile::Small32x32: launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream); break;
     case GemmTile::Large128x128K16:
-      launch_for_transposes<LargeTileK16>(p.trans_a, p.trans_b, args, plan.splits, stream);
+      launch_for_transposes<LargeTileK16>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream);
       break;
   }
   if (plan.splits > 1) {
@@ -415,7 +443,7 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
 }
 
 void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream) {
-  native_sgemm_with_plan(p, native_gemm_plan(p.m, p.n, p.k, sm_count), sm_count, workspace, stream);
+  native_sgemm_with_plan(p, native_batched_gemm_plan(p.batch, p.m, p.n, p.k, sm_count), sm_count, workspace, stream);
 }
 
 }  // namespace minidl::cuda

@@ -30,6 +30,11 @@ struct GemmProblem {
   int64_t ldc = 0;
   const float* bias = nullptr;
   bool relu = false;
+  // A strided batch of such products: product i reads A + i·stride_a and B + i·stride_b (0: the
+  // same matrix for every product) and writes C + i·stride_c. The bias and ReLU apply to each.
+  // The native kernel runs a batch only on a plan that keeps K whole (native_batched_gemm_plan).
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
 // The largest dimension either GEMM accepts (cuBLAS takes int; the native kernel's tile

@@ -73,6 +73,14 @@ NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count) {
   return native_gemm_plan_with(GemmTile::Small32x32, splits, m, n, k);
 }
 
+NativeGemmPlan native_batched_gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k, int sm_count) {
+  if (batch <= 1) return native_gemm_plan(m, n, k, sm_count);
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  for (GemmTile tile : {GemmTile::Large128x128, GemmTile::Medium64x64})
+    if (batch * tiles_of(tile, m, n) >= sms) return native_gemm_plan_with(tile, 1, m, n, k);
+  return native_gemm_plan_with(GemmTile::Small32x32, 1, m, n, k);
+}
+
 void check_gemm_plan(const NativeGemmPlan& plan, int64_t m, int64_t n, int64_t k) {
   const int64_t bk = gemm_tile_shape(plan.tile).bk;
   MINIDL_CHECK(bk > 0, "native GEMM plan: unknown tile ", static_cast<int>(plan.tile));

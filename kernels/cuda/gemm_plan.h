@@ -53,6 +53,12 @@ struct NativeGemmPlan {
 // The plan native_sgemm takes for M, N, K >= 1 on a device with `sm_count` multiprocessors.
 NativeGemmPlan native_gemm_plan(int64_t m, int64_t n, int64_t k, int sm_count);
 
+// The plan for `batch` products C[m, n] at once (batch >= 1; batch 1 is native_gemm_plan): the
+// batch fills the device as tiles of one product do, so the tile is the large, else the medium
+// one when batch·T >= P multiprocessors, else the small one, always with whole K (the batch,
+// not K slices, supplies the blocks; a split would need a workspace per product).
+NativeGemmPlan native_batched_gemm_plan(int64_t batch, int64_t m, int64_t n, int64_t k, int sm_count);
+
 // The plan of `tile` with (at most) `splits` K slices for M, N, K >= 1: k_split rounded up to
 // the tile's K step, so the slice count it gets may be smaller (every slice non-empty).
 NativeGemmPlan native_gemm_plan_with(GemmTile tile, int64_t splits, int64_t m, int64_t n, int64_t k);

@@ -4,6 +4,8 @@
 // Transposes are flags, never copies.
 //
 //   matmul:   C[M, N] = op(A) · op(B)
+//   batched:  C[i] = op(A[i]) · op(B[i]) for i < batch, operands at batch strides (0: broadcast),
+//             one launch of the batch (gemm.cu: grid.z) or cuBLAS's strided-batched GEMM
 //   forward:  y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M])   — B = W read transposed, bias/ReLU fused
 //   backward: dx[N, K] = dy[N, M] · W[M, K]               — both as stored
 //             dW[M, K] = dy[N, M]ᵀ · x[N, K]              — A = dy read transposed
@@ -76,6 +78,7 @@ __global__ void column_sum_final_kernel(const float* __restrict__ partial, int64
 // Runs one product on `be`'s stream through the implementation gemm_impl() names.
 void run_gemm(CudaBackend& be, const GemmProblem& p) {
   if (p.m == 0 || p.n == 0) return;
+  MINIDL_INTERNAL_ASSERT(p.batch == 1 || p.k >= 1, "a batch with K = 0");  // matmul writes those zeros itself
   if (p.k == 0) {  // the empty sum: C = act(0 + bias)
     bias_activation(p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/false, be.stream());
     return;
@@ -86,7 +89,7 @@ void run_gemm(CudaBackend& be, const GemmProblem& p) {
   }
   // A split-K plan needs room for its partial products; freed on return and reusable at once,
   // since everything is queued on the one stream (caching_allocator.h, stream-aware frees).
-  const int64_t floats = native_gemm_plan(p.m, p.n, p.k, be.multiprocessor_count()).workspace_floats();
+  const int64_t floats = native_batched_gemm_plan(p.batch, p.m, p.n, p.k, be.multiprocessor_count()).workspace_floats();
   const Tensor workspace = floats > 0 ? empty(Shape{floats}, TensorOptions(DType::Float32, be.device())) : Tensor();
   native_sgemm(p, be.multiprocessor_count(), floats > 0 ? workspace.data<float>() : nullptr, be.stream());
 }
@@ -139,6 +142,29 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans
   p.trans_b = trans_b;
   p.c = c.data<float>();
   p.ldc = p.n;
+  run_gemm(*this, p);
+}
+
+void CudaBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& bm) {
+  MINIDL_INTERNAL_ASSERT(all_float32({&a, &b, &c}) && c.is_contiguous() && bm.batch >= 1 && bm.m >= 1 && bm.n >= 1 &&
+                         bm.k >= 1);
+  DeviceGuard guard(device_index());
+  GemmProblem p;
+  p.m = bm.m;
+  p.n = bm.n;
+  p.k = bm.k;
+  p.a = a.data<float>();
+  p.lda = bm.lda;
+  p.trans_a = bm.trans_a;
+  p.b = b.data<float>();
+  p.ldb = bm.ldb;
+  p.trans_b = bm.trans_b;
+  p.c = c.data<float>();
+  p.ldc = p.n;
+  p.batch = bm.batch;
+  p.stride_a = bm.stride_a;
+  p.stride_b = bm.stride_b;
+  p.stride_c = bm.m * bm.n;
   run_gemm(*this, p);
 }
 

@@ -1,0 +1,137 @@
+// char_gpt: trains a character-level GPT on a text (by default eight of Shakespeare's plays,
+// fetched by scripts/setup-deps), nanoGPT's shakespeare_char recipe scaled to a CPU, and samples
+// from it. The flags map one to one onto TrainerConfig and SampleOptions (trainer.h), where the
+// defaults are chosen; this file only parses them. Examples:
+//   char_gpt                                           # 2000 iterations of the small model, CPU
+//   char_gpt --checkpoint run.safetensors --sample 500 # save at every evaluation, then sample
+//   char_gpt --resume run.safetensors --checkpoint run.safetensors   # continue that run
+//   char_gpt --from run.safetensors --sample 500 --top-k 10 --prompt "ROMEO:"   # sample only
+//   mpirun -n 2 char_gpt                               # one process per device, each its own batches
+//   char_gpt --iters 1 --dump-grads step.safetensors   # one step's gradients (bench/char_gpt_parity.py)
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "parallel/process_group.h"
+#include "samples/char_gpt/trainer.h"
+#include "samples/common/flags.h"
+
+using namespace minidl;
+using namespace minidl::char_gpt;
+
+int main(int argc, char** argv) {
+  CLI::App app{"minidl: train a character-level GPT on a text (nanoGPT's shakespeare_char) and sample from it"};
+  TrainerConfig c;
+  SampleOptions s;
+  std::string progress = "auto", from, dump_grads;
+  int64_t sample = 0;
+  app.add_option("--data", c.data, "the text file to learn")->default_str(default_data_path());
+  app.add_option("--n-layer", c.n_layer, "transformer blocks")->check(samples::positive_integer<int64_t>())->capture_default_str();
+  app.add_option("--n-head", c.n_head, "attention heads per block")->check(samples::positive_integer<int64_t>())->capture_default_str();
+  app.add_option("--n-embd", c.n_embd, "embedding width (a multiple of --n-head)")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
+  app.add_option("--block-size", c.block_size, "context length in characters")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "sequences per micro-batch (per process)")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
+  app.add_option("--iters", c.iters, "optimizer steps")->check(samples::non_negative_integer<int64_t>())->capture_default_str();
+  app.add_option("--lr", c.lr, "peak learning rate (after the warm-up)")->check(samples::non_negative_real())->capture_default_str();
+  app.add_option("--min-lr", c.min_lr, "learning rate at the end of the cosine decay")
+      ->check(samples::non_negative_real())
+      ->capture_default_str();
+  app.add_option("--warmup", c.warmup, "linear warm-up iterations")->check(samples::non_negative_integer<int64_t>())->capture_default_str();
+  app.add_option("--lr-decay-iters", c.lr_decay_iters, "iteration where the cosine reaches --min-lr (default: --iters)")
+      ->check(samples::positive_integer<int64_t>());
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay of the weight matrices and embeddings")
+      ->check(samples::non_negative_real())
+      ->capture_default_str();
+  app.add_option("--beta2", c.beta2, "AdamW beta2")->check(samples::non_negative_real())->capture_default_str();
+  app.add_option("--grad-clip", c.grad_clip, "clip the gradients' global norm to this (0: off)")
+      ->check(samples::non_negative_real())
+      ->capture_default_str();
+  app.add_option("--dropout", c.dropout, "dropout probability")->check(samples::non_negative_real())->capture_default_str();
+  app.add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
+  app.add_option("--eval-interval", c.eval_interval, "evaluate (and checkpoint) every N iterations")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
+  app.add_option("--eval-iters", c.eval_iters, "batches per split in an evaluation")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
+  app.add_option("--device", c.device, "cpu, cuda, cuda:N or auto (CUDA when available)")->capture_default_str();
+  app.add_option("--seed", c.seed, "seed of the weights, the batches and the sampling")
+      ->check(samples::seed_value())
+      ->capture_default_str();
+  app.add_option("--checkpoint", c.checkpoint, "save a safetensors checkpoint here at every evaluation (atomically)");
+  app.add_option("--resume", c.resume, "continue the run saved in this checkpoint (same flags)");
+  app.add_option("--stop-after", c.stop_after, "stop after N iterations in this process, saving the checkpoint first")
+      ->check(samples::non_negative_integer<int64_t>());
+  app.add_option("--progress", progress, "auto (a bar on a terminal, else the evaluation lines), bar, lines or none")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
+      ->capture_default_str();
+  app.add_option("--sample", sample, "after training (or with --from), generate this many characters")
+      ->check(samples::non_negative_integer<int64_t>());
+  app.add_option("--temperature", s.temperature, "sampling temperature (> 0)")->check(samples::non_negative_real())->capture_default_str();
+  app.add_option("--top-k", s.top_k, "sample among the k most likely characters (0: all)")
+      ->check(samples::non_negative_integer<int64_t>())
+      ->capture_default_str();
+  app.add_option("--prompt", s.prompt, "text to continue (default: a newline)");
+  app.add_option("--from", from, "sample from this checkpoint without training (its sizes and vocabulary)");
+  app.add_option("--dump-grads", dump_grads,
+                 "debug: one step of the initial model on the first batch; write the batch, loss, initial weights, "
+                 "gradients and stepped weights to this safetensors file and exit (bench/char_gpt_parity.py)");
+  app.footer("The number of threads is OMP_NUM_THREADS (default: every CPU). Over several processes (mpirun) each "
+             "draws its own batches (seed + rank) and the gradients are averaged; rank 0 evaluates and saves.");
+  CLI11_PARSE(app, argc, argv);
+
+  int world = 1, rank = 0;
+  try {
+    if (progress == "auto") c.progress = isatty(STDOUT_FILENO) ? ProgressStyle::Bar : ProgressStyle::Lines;
+    else if (progress == "bar") c.progress = ProgressStyle::Bar;
+    else if (progress == "lines") c.progress = ProgressStyle::Lines;
+    else c.progress = ProgressStyle::Quiet;
+    s.length = sample;
+    s.seed = c.seed;
+
+    if (!from.empty()) {  // sampling only
+      const LoadedModel m = load_model(from, c.device);
+      std::cout << generate(*m.model, m.vocab, s) << "\n";
+      return 0;
+    }
+    const std::string path = c.data.empty() ? default_data_path() : c.data;
+    const TextData data = make_text_data(read_text_file(path));
+    if (!dump_grads.empty()) {
+      dump_one_step(c, data, dump_grads);
+      return 0;
+    }
+    if (parallel::launched_with_several_processes()) {
+      c.group = parallel::make_process_group();
+      world = c.group->world_size();
+      rank = c.group->rank();
+      if (rank != 0) c.progress = ProgressStyle::Quiet;
+    }
+    if (c.progress != ProgressStyle::Quiet) {
+      const GPTConfig g = model_config(c, data.vocab.size());
+      std::cout << path << ": " << data.train.size() + data.val.size() << " characters, vocabulary of "
+                << data.vocab.size() << "; " << data.train.size() << " train, " << data.val.size() << " val\n"
+                << "GPT: " << g.n_layer << " layers, " << g.n_head << " heads, " << g.n_embd << " wide, context "
+                << g.block_size << ", " << GPT::parameter_count(g) / 1e6 << "M parameters\n";
+      if (world > 1) std::cout << world << " processes (" << c.group->backend_name() << "), each its own batches\n";
+    }
+    const TrainingResult result = train(c, data, std::cout);
+    if (sample > 0 && rank == 0) std::cout << generate(*result.model, result.vocab, s) << "\n";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string shown = (what.rfind("char_gpt:", 0) == 0 ? "" : "char_gpt: ") + what;
+    if (world > 1 || parallel::launched_with_several_processes())
+      parallel::abort_job(1, shown + " (rank " + std::to_string(rank) + ")");
+    std::cerr << shown << "\n";
+    return 1;
+  }
+  return 0;
+}
