@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
+#include "core/memory.h"
+
 using namespace minidl;
 using namespace minidl::cuda_test;
 
@@ -57,4 +60,22 @@ TEST_CASE("cuda masked_fill gives the cpu's bits for broadcast, float and int64 
     check_equal(got[0], want[0], name);
     check_equal(got[1], want[1], name + " gradient");
   }
+}
+
+TEST_CASE("cuda masked_fill reads a broadcast mask in place, allocating only its result", "[cuda][mask]") {
+  // A causal [T, T] mask over [B, H, T, T]: expanding it in memory would cost as much as x.
+  const Tensor x = random_cpu({2, 3, 40, 40}, 7).to(kGpu);
+  const Tensor causal = ops::triu(full({40, 40}, 1.0, TensorOptions(DType::Float32, kGpu)), 1);
+  backend_for(kGpu).synchronize();
+  const int64_t before = memory_stats(kGpu).allocated_bytes;
+  reset_peak_memory_stats(kGpu);
+  const Tensor y = ops::masked_fill(x, causal, -1.0);
+  backend_for(kGpu).synchronize();
+  const int64_t result_bytes = x.numel() * 4;
+  const int64_t grew = memory_stats(kGpu).peak_allocated_bytes - before;
+  INFO("peak grew by " << grew << " bytes; the result is " << result_bytes);
+  CHECK(grew >= result_bytes);
+  CHECK(grew < result_bytes + result_bytes / 2);  // size-class rounding is far below an expanded mask
+  const Tensor want = ops::masked_fill(x.to(Device::cpu()), causal.to(Device::cpu()), -1.0);
+  check_equal(y.to(Device::cpu()), want, "causal mask read in place");
 }
