@@ -112,7 +112,7 @@ TEST_CASE("cuda batched matmul broadcasts batch dims like the cpu", "[cuda][matm
   check_matmul(a, b, "a [2, 1, M, K] x b [3, K, N]");
   const Tensor m = random_cpu({33, 20}, 13), bb = random_cpu({4, 20, 35}, 14);
   check_matmul(m, bb, "a 2-D x a batch");
-  check_matmul(bb.transpose(-2, -1), random_cpu({35, 9}, 15), "a transposed batch x a 2-D b");
+  check_matmul(bb.transpose(-2, -1), random_cpu({20, 9}, 15), "a transposed batch x a 2-D b");
   const Tensor pa = random_cpu({2, 1, 17, 9}, 16), pb = random_cpu({1, 3, 9, 31}, 17);
   check_matmul(pa, pb, "each broadcast along one batch dim (copied)");
   check_matmul(random_cpu({9}, 18), pb, "1-D a against a batch");
