@@ -283,7 +283,8 @@ class Backend {
   // 0: kept is c − r <= diagonal (lower, tril) or c − r >= diagonal (upper, triu). x and y
   // contiguous [batch, R, C], distinct tensors.
   virtual void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) = 0;
-  // y[i] = mask[i] != 0 ? value : x[i]; x, mask and y contiguous, same shape and dtype.
+  // y[i] = mask[i] != 0 ? value : x[i]; x and y contiguous, mask of their shape and dtype with
+  // any strides (0 along the dims it is broadcast along: a causal [T, T] mask over [B, H, T, T]).
   virtual void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) = 0;
 
   // ==== attention ====

@@ -177,6 +177,19 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   MINIDL_CHECK(std::max(a2.dim(), b2.dim()) <= Shape::kMaxRank, "matmul: a ", a.shape(), " and b ", b.shape(),
                " need more than ", Shape::kMaxRank, " dims");
   check_backend_computes(a, "matmul", "a");
+  if (a2.dim() >= 3 && b2.dim() == 2 && a2.is_contiguous()) {
+    // torch.matmul's fold: a batch against one matrix, a [..., M, K] · b [K, N], is the single
+    // product [(...)·M, K] · [K, N] when a's rows follow one another in memory (a view, no
+    // copy). One larger GEMM instead of a batch of small ones, and in the backward dB is one
+    // GEMM over all the rows instead of a [K, N] product per matrix summed afterwards.
+    Shape out_shape = a2.shape();
+    out_shape[out_shape.rank() - 1] = b2.shape()[1];
+    int64_t rows = 1;
+    for (int d = 0; d < a2.dim() - 1; ++d) rows *= a2.shape()[d];
+    Tensor c = matmul(a2.reshape(Shape{rows, ka}), b2).reshape(out_shape);
+    if (b.dim() == 1) c = c.squeeze(-1);
+    return c;
+  }
   Tensor c = batched_product(a2, b2);  // throws naming matmul and the batch dims when they do not broadcast
   if (autograd::any_requires_grad({&a2, &b2})) {
     auto node = std::make_shared<MatmulBackward>();

@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/ops/elementwise.h"
 
 namespace minidl::ops {
 
@@ -47,7 +48,7 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool upper) {
   return y;
 }
 
-// y = mask ? value : x; x and mask contiguous with x's shape and dtype.
+// y = mask ? value : x; mask has x's shape and dtype, with any strides (mask_as_view).
 Tensor apply_masked_fill(const Tensor& x, const Tensor& mask, double value) {
   const Tensor xc = x.contiguous();
   Tensor y = empty(x.shape(), x.options());
@@ -56,11 +57,25 @@ Tensor apply_masked_fill(const Tensor& x, const Tensor& mask, double value) {
 }
 
 struct MaskedFillBackward final : Node {
-  Tensor mask;  // expanded to x's shape, in x's dtype, contiguous
+  Tensor mask;  // mask_as_view: x's shape and dtype, the mask's own storage
   std::vector<Tensor> apply(const Tensor& g) override { return {apply_masked_fill(g, mask, 0.0)}; }
   void release_saved() override { mask = Tensor(); }
   std::string name() const override { return "MaskedFillBackward"; }
 };
+
+// The mask as the kernels read it: in x's dtype at the mask's own size, then expanded to x's
+// shape as a view (stride 0 along the broadcast dims), so a causal [T, T] mask over attention's
+// [B, H, T, T] scores is never copied B·H times, neither for the forward nor for the saved
+// backward. A mask of another dtype first becomes 0/1 (nonzero -> 1): a plain cast would turn
+// a fractional float into int64 0, or a tiny float64 into float32 0, and lose a true.
+Tensor mask_as_view(const Tensor& mask, const Tensor& x) {
+  Tensor m = mask.detach();
+  if (m.dtype() != x.dtype()) {
+    const Tensor is_zero = ops::eq(m, zeros(Shape{}, m.options()));  // float32 0/1
+    m = ops::eq(is_zero, zeros(Shape{}, is_zero.options())).to(x.dtype());
+  }
+  return m.expand(x.shape());
+}
 
 }  // namespace
 
@@ -78,8 +93,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   }
   MINIDL_CHECK(broadcasts, "masked_fill: mask of shape ", mask.shape(), " does not broadcast to x's shape ", x.shape());
   check_backend_computes(x, "masked_fill", "x");
-  // The kernel reads one mask element per element of x, in x's dtype (nonzero stays nonzero).
-  const Tensor m = mask.detach().to(x.dtype()).expand(x.shape()).contiguous();
+  const Tensor m = mask_as_view(mask, x);
   Tensor y = apply_masked_fill(x.detach(), m, value);
   if (autograd::any_requires_grad({&x})) {
     auto node = std::make_shared<MaskedFillBackward>();

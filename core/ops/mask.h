@@ -14,9 +14,9 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
 // y = x with `value` wherever mask is true, as torch.masked_fill. minidl has no bool dtype: the
 // mask is any tensor whose nonzero elements mean true — the float32 0/1 tensors of ops::eq, or
-// float64 or int64 ones — broadcastable to x's shape (x's shape is the result's). The mask is
-// expanded to x's shape in memory before the kernel runs. Differentiable in x (the gradient is
-// 0 where the value was filled in); the mask gets no gradient.
+// float64 or int64 ones — broadcastable to x's shape (x's shape is the result's). A broadcast
+// mask is read in place through its strides, never expanded in memory. Differentiable in x (the
+// gradient is 0 where the value was filled in); the mask gets no gradient.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
 }  // namespace minidl::ops

@@ -75,7 +75,8 @@ __global__ void column_sum_final_kernel(const float* __restrict__ partial, int64
 
 // ---- helpers of the launchers ----
 
-// Runs one product on `be`'s stream through the implementation gemm_impl() names.
+// Runs one product, or a strided batch of them, on `be`'s stream through the implementation
+// gemm_impl() names.
 void run_gemm(CudaBackend& be, const GemmProblem& p) {
   if (p.m == 0 || p.n == 0) return;
   MINIDL_INTERNAL_ASSERT(p.batch == 1 || p.k >= 1, "a batch with K = 0");  // matmul writes those zeros itself

@@ -69,6 +69,26 @@ TEST_CASE("masked_fill puts the value where a float, int64 or broadcast mask is 
   const Tensor column = from_vector(std::vector<double>{0, 1}, {2, 1});  // [2, 1] over [2, 4]
   CHECK(ops::masked_fill(v.expand({2, 4}), column, -1).to_vector<double>() ==
         std::vector<double>{1, 2, 3, 4, -1, -1, -1, -1});
+  // A mask read through its strides: transposed, and broadcast along an inner dim ([2, 1, 4]
+  // over [2, 3, 4]); both give what their contiguous expansions give.
+  const Tensor square = rand64({2, 3, 4}, g);
+  const Tensor flips = ops::eq(from_vector(std::vector<double>{0, 1, 1, 0, 1, 0, 0, 0}, {2, 1, 4}),
+                               from_vector(std::vector<double>{1}, {1}));
+  const Tensor flips_full = flips.expand({2, 3, 4}).clone();
+  CHECK(ops::masked_fill(square, flips, -3).to_vector<double>() ==
+        ops::masked_fill(square, flips_full, -3).to_vector<double>());
+  const Tensor sq = rand64({3, 3}, g);
+  const Tensor upper = ops::triu(from_vector(std::vector<double>(9, 1.0), {3, 3}), 1);
+  CHECK(ops::masked_fill(sq, upper.transpose(0, 1), 5).to_vector<double>() ==
+        ops::masked_fill(sq, upper.transpose(0, 1).clone(), 5).to_vector<double>());
+  // Any nonzero is true even where a cast to x's dtype would round it to 0: 0.5 for int64 x,
+  // 1e-50 (below float32's range) for float32 x.
+  const Tensor ints = from_vector(std::vector<int64_t>{1, 2, 3}, {3});
+  CHECK(ops::masked_fill(ints, from_vector(std::vector<double>{0.5, 0, -0.25}, {3}), 7).to_vector<int64_t>() ==
+        std::vector<int64_t>{7, 2, 7});
+  const Tensor floats = from_vector(std::vector<float>{1, 2}, {2});
+  CHECK(ops::masked_fill(floats, from_vector(std::vector<double>{1e-50, 0}, {2}), 0).to_vector<float>() ==
+        std::vector<float>{0, 2});
   // NaN in x stays where the mask is 0 and is replaced where it is 1.
   const Tensor with_nan = from_vector(std::vector<float>{NAN, NAN}, {2});
   const std::vector<float> filled = ops::masked_fill(with_nan, from_vector(std::vector<float>{0, 1}, {2}), 3).to_vector<float>();

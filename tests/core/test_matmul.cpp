@@ -140,13 +140,14 @@ TEST_CASE("matmul reads transposed, narrowed and expanded views with the bits of
   const Tensor scores_from_copy = ops::matmul(q, kt_copy);
   CHECK(scores.to_vector<double>() == scores_from_copy.to_vector<double>());
 
-  // Both operands transposed; a narrowed window (row stride > columns); a batch dim transposed
-  // with a matrix dim (not uniformly strided: copied) and an operand expanded along the batch.
+  // Both operands transposed; a narrowed window (row stride > columns); a batch dim swapped with
+  // the rows (matrices interleaved in memory: batch stride 36, row stride 72) and an operand
+  // expanded along the batch (batch stride 0).
   const Tensor at = rand64({2, 36, 41}, g).transpose(1, 2), bt = rand64({2, 33, 36}, g).transpose(-1, -2);
   CHECK(ops::matmul(at, bt).to_vector<double>() == ops::matmul(at.clone(), bt.clone()).to_vector<double>());
   const Tensor wide = rand64({2, 41, 50}, g), window = wide.narrow(2, 7, 36);
   CHECK(ops::matmul(window, bt).to_vector<double>() == ops::matmul(window.clone(), bt.clone()).to_vector<double>());
-  const Tensor mixed = rand64({41, 2, 36}, g).transpose(0, 1);  // [2, 41, 36], batch stride 36
+  const Tensor mixed = rand64({41, 2, 36}, g).transpose(0, 1);  // [2, 41, 36]
   CHECK(ops::matmul(mixed, bt).to_vector<double>() == ops::matmul(mixed.clone(), bt.clone()).to_vector<double>());
   const Tensor shared = rand64({1, 41, 36}, g).expand({2, 41, 36});
   CHECK(ops::matmul(shared, bt).to_vector<double>() == ops::matmul(shared.clone(), bt.clone()).to_vector<double>());

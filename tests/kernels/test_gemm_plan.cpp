@@ -186,3 +186,25 @@ TEST_CASE("check_gemm_plan refuses a plan that does not fit its problem", "[gemm
     CHECK(msg.find("1025") != std::string::npos);
   }
 }
+
+TEST_CASE("a batch of products picks its tile from the blocks of the whole batch and keeps K whole", "[gemm_plan]") {
+  // Attention's scores at batch 8, 12 heads, T = 1024, head size 64 on 132 SMs: 96 products of
+  // 1024x1024x64 fill the device with the large tile; 40 products of 128x128 have 40 large tiles
+  // but 160 medium ones: the medium tile; 2 products of 40x40 take the small tile.
+  const NativeGemmPlan scores = native_batched_gemm_plan(96, 1024, 1024, 64, 132);
+  CHECK(scores.tile == GemmTile::Large128x128);
+  CHECK(scores.splits == 1);
+  const NativeGemmPlan heads = native_batched_gemm_plan(40, 128, 128, 4096, 132);
+  CHECK(heads.tile == GemmTile::Medium64x64);
+  CHECK(heads.splits == 1);
+  CHECK(native_gemm_plan(128, 128, 4096, 132).splits > 1);  // one such product alone splits K
+  const NativeGemmPlan tiny = native_batched_gemm_plan(2, 40, 40, 16, 132);
+  CHECK(tiny.tile == GemmTile::Small32x32);
+  CHECK(tiny.splits == 1);
+  CHECK_NOTHROW(check_gemm_plan(heads, 128, 128, 4096));
+  // Batch 1 is the single product's plan.
+  const NativeGemmPlan one = native_batched_gemm_plan(1, 256, 784, 4096, 132), single = native_gemm_plan(256, 784, 4096, 132);
+  CHECK(one.tile == single.tile);
+  CHECK(one.splits == single.splits);
+  CHECK(one.k_split == single.k_split);
+}
