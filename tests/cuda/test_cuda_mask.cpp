@@ -47,7 +47,10 @@ TEST_CASE("cuda masked_fill gives the cpu's bits for broadcast, float and int64 
   const Tensor dy = random_cpu(x.shape(), 6);
   const std::vector<std::pair<Tensor, std::string>> masks = {
       {causal, "causal [T, T]"}, {int_mask, "int64 [H, 1, T]"}, {coin, "eq's float [B, 1, T, T]"}};
-  for (const auto& [mask, name] : masks) {
+  for (const auto& entry : masks) {
+    // Named copies, not structured bindings: clang 14 (the TSan build) cannot capture those.
+    const Tensor& mask = entry.first;
+    const std::string& name = entry.second;
     auto run = [&](Device d) {
       Tensor xd = x.clone().to(d);
       xd.requires_grad_(true);
