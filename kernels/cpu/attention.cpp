@@ -16,7 +16,7 @@
 // the score tile is built as Σ_e q_ie·Kᵀ[e, :] from a transposed copy of the key block, and the
 // products with v, dout, q and k are row axpys. Causal blocks wholly in the future are skipped.
 // exp is the other cost (L·S of them forward and again backward): float uses a polynomial that
-// vectorises (fast_exp, within 2 ulp), double keeps std::exp.
+// vectorises (fast_exp, kernels/cpu/fast_math.h: within 2 ulp), double keeps std::exp.
 // Strides: q, k, v rows may be strided on (b, h, row) (views of a fused qkv projection);
 // along E/Ev they are contiguous (the op layer's guarantee).
 #include <bit>
@@ -27,6 +27,7 @@
 
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace minidl::cpu {
 
@@ -34,26 +35,6 @@ namespace {
 
 constexpr int64_t kBlockQ = 32;  // query rows per tile
 constexpr int64_t kBlockK = 64;  // keys per tile
-
-// exp(x) for x <= ~0 (scores minus their row max or lse): Cephes' expf — x = n·ln2 + r with
-// |r| <= ln2/2, a degree-6 polynomial for exp(r), 2^n put into the exponent bits. Branch-free,
-// so `omp simd` loops vectorise it. Clamped below at -87.3 (exp = 1e-38 instead of 0 or a
-// denormal: far below anything it is added to).
-inline float fast_exp(float x) {
-  x = std::fmin(std::fmax(x, -87.3f), 88.0f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // ln 2 in two parts: r is exact
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return y * two_n;
-}
-inline double fast_exp(double x) { return std::exp(x); }
 
 // A per-thread scratch buffer of at least n elements (grown, never shrunk).
 template <typename T>

@@ -12,9 +12,13 @@
 // computed as such, not as 1 − σ(2u), for the same reason. Where σ(2u)·σ(−2u) is 0 (|x| so
 // large that exp over- or underflows) the second term is 0; skipping it keeps u' = inf (x² past
 // the float range) from turning 0·inf into NaN.
+// Speed: the exact form's erfc and exp are kernels/cpu/fast_math.h's in float (branch-free, so
+// the loop vectorises; libm's erfcf was a fifth of the char-GPT's CPU step), libm's in double.
+// Each form has a loop of its own, so neither carries the other's branch.
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace minidl::cpu {
 
@@ -31,7 +35,7 @@ struct GeluConstants {
 template <typename T>
 T gelu_value(T x, GeluApproximate form) {
   using C = GeluConstants<T>;
-  if (form == GeluApproximate::None) return T(0.5) * x * std::erfc(-x * C::kSqrt1_2);
+  if (form == GeluApproximate::None) return T(0.5) * x * fast_erfc(-x * C::kSqrt1_2);
   const T u = C::kSqrt2OverPi * (x + C::kKappa * x * x * x);
   return x / (T(1) + std::exp(T(-2) * u));
 }
@@ -40,7 +44,7 @@ template <typename T>
 T gelu_derivative(T x, GeluApproximate form) {
   using C = GeluConstants<T>;
   if (form == GeluApproximate::None)
-    return T(0.5) * std::erfc(-x * C::kSqrt1_2) + x * C::kInvSqrt2Pi * std::exp(T(-0.5) * x * x);
+    return T(0.5) * fast_erfc(-x * C::kSqrt1_2) + x * C::kInvSqrt2Pi * fast_exp_or_zero(T(-0.5) * x * x);
   const T u = C::kSqrt2OverPi * (x + C::kKappa * x * x * x);
   const T s = T(1) / (T(1) + std::exp(T(-2) * u));  // σ(2u)
   const T s_neg = T(1) / (T(1) + std::exp(T(2) * u));  // σ(−2u) = 1 − σ(2u)
@@ -57,7 +61,10 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y, GeluApproximate approx
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    parallel_for(x.numel(), [=](int64_t i) { py[i] = gelu_value(px[i], approximate); });
+    if (approximate == GeluApproximate::None)
+      parallel_for(x.numel(), [=](int64_t i) { py[i] = gelu_value(px[i], GeluApproximate::None); });
+    else
+      parallel_for(x.numel(), [=](int64_t i) { py[i] = gelu_value(px[i], GeluApproximate::Tanh); });
   });
 }
 
@@ -67,7 +74,10 @@ void CpuBackend::gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, Ge
     const T* pdy = dy.data<T>();
     const T* px = x.data<T>();
     T* pdx = dx.data<T>();
-    parallel_for(x.numel(), [=](int64_t i) { pdx[i] = pdy[i] * gelu_derivative(px[i], approximate); });
+    if (approximate == GeluApproximate::None)
+      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = pdy[i] * gelu_derivative(px[i], GeluApproximate::None); });
+    else
+      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = pdy[i] * gelu_derivative(px[i], GeluApproximate::Tanh); });
   });
 }
 

@@ -114,6 +114,41 @@ TEST_CASE("gelu keeps its relative accuracy in float32 in the negative tail", "[
   }
 }
 
+TEST_CASE("gelu none in float32 is within a few ulps of x·Φ(x) and its slope on a dense grid", "[core][gelu]") {
+  // The float path computes erfc and exp with kernels/cpu/fast_math.h's branch-free polynomials
+  // (not libm), so it is checked here on every x of a fine grid over [-12, 12], against erfc
+  // in long double at the float input. Tolerances, relative: z = x/√2 carries two roundings
+  // (the constant 1/√2 and the product), which erfc turns into (2z² + 1) times as much of its
+  // own relative error, 2x² + 2 units; the polynomial, exp and the products add a few:
+  // (2x² + 8)·2^-24 for y. The slope 0.5·erfc(−z) + x·φ(x) also passes
+  // through 0 (near x = −0.75) and sums terms of size ~1, so its tolerance is absolute at that
+  // scale plus the same relative part: (2x² + 8)·2^-24·(|want| + |x·φ(x)|).
+  std::vector<float> xs;
+  for (int i = 0; i <= 4800; ++i) xs.push_back(-12.0f + 24.0f * static_cast<float>(i) / 4800.0f);
+  Tensor x = from_vector(xs, {static_cast<int64_t>(xs.size())}, DType::Float32).requires_grad_();
+  const Tensor y = ops::gelu(x);
+  y.sum().backward();
+  const std::vector<float> yv = y.to_vector<float>(), gv = x.grad().to_vector<float>();
+  const long double pi = 3.141592653589793238462643383279502884L;
+  int bad = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const long double v = xs[i];
+    const long double want = 0.5L * v * std::erfc(-v / std::sqrt(2.0L));
+    const long double phi_term = v * std::exp(-0.5L * v * v) / std::sqrt(2.0L * pi);
+    const long double dwant = 0.5L * std::erfc(-v / std::sqrt(2.0L)) + phi_term;
+    const long double units = (2.0L * v * v + 8.0L) * std::ldexp(1.0L, -24);
+    const bool y_ok = std::abs(yv[i] - want) <= units * std::abs(want);
+    const bool d_ok = std::abs(gv[i] - dwant) <= units * (std::abs(dwant) + std::abs(phi_term));
+    if ((!y_ok || !d_ok) && ++bad <= 5) {
+      INFO("x = " << xs[i] << ": y " << yv[i] << " want " << static_cast<double>(want) << ", dy/dx " << gv[i]
+                  << " want " << static_cast<double>(dwant));
+      CHECK(y_ok);
+      CHECK(d_ok);
+    }
+  }
+  CHECK(bad == 0);
+}
+
 TEST_CASE("gelu and its gradient stay finite for huge inputs in both forms and dtypes", "[core][gelu]") {
   // x³ and x² overflow float32 at 1e30; erfc, exp and σ saturate to the limits x and 0 with
   // slopes 1 and 0 (no 0·inf).
