@@ -8,10 +8,15 @@
 //     (a sweep) — what bench/torch_mlp_step.py times in PyTorch eager.
 // A warm-up, then --repeats runs of --steps steps; the median is one JSON line per case:
 //   {"bench":"seed_step","impl":"minidl","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
+// --profile FILE: then --profile-steps more steps under the profiler (core/profiler.h): its
+//   table on stderr, the Chrome trace in FILE (FILE-b<batch>.json per batch size of a sweep).
+// --profile-overhead: each timed run twice, without and with the profiler recording, alternated
+//   (the same warm caches for both); the JSON line gains us_per_step_profiled and their ratio.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +25,7 @@
 
 #include "core/backend.h"
 #include "core/host_parallel.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 #include "data/data.h"
 #include "kernels/cuda/gemm_impl.h"
@@ -45,6 +51,7 @@ void train_steps(int64_t steps, data::DataLoader& loader, SimpleModel& model, op
       Tensor loss = criterion(outputs, labels);
       loss.backward();
       optimizer.step();
+      profiler::step();
       if (++done == steps) return;
     }
   }
@@ -66,8 +73,62 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct ProfileFlags {
+  std::string trace;         // --profile
+  int64_t steps = 20;        // --profile-steps
+  bool overhead = false;     // --profile-overhead
+};
+
+struct Timing {
+  double us = 0;           // median µs per step, profiler off
+  double us_profiled = 0;  // with the profiler recording (--profile-overhead), else 0
+};
+
+// Median µs per step of `repeats` runs of run(steps) (each run ends with the device idle); with
+// flags.overhead, each run is followed by one under the profiler.
+Timing time_runs(const std::function<void(int64_t)>& run, int64_t steps, int repeats, const ProfileFlags& flags) {
+  std::vector<double> off, on;
+  for (int r = 0; r < repeats; ++r) {
+    for (int profiled = 0; profiled <= (flags.overhead ? 1 : 0); ++profiled) {
+      profiler::Profiler prof;
+      if (profiled) prof.start();
+      const auto start = std::chrono::steady_clock::now();
+      run(steps);
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+                        static_cast<double>(steps);
+      if (profiled) (void)prof.stop();
+      (profiled ? on : off).push_back(us);
+    }
+  }
+  return {median_of(off), on.empty() ? 0.0 : median_of(on)};
+}
+
+// --profile: flags.steps steps under the profiler, the table on stderr, the trace to `path`.
+void profile_steps(const std::function<void(int64_t)>& run, const ProfileFlags& flags, const std::string& path,
+                   const std::string& what) {
+  profiler::Profiler prof;
+  prof.start();
+  run(flags.steps);
+  const profiler::Profile p = prof.stop();
+  std::fprintf(stderr, "profile of %s, %lld steps:\n%s", what.c_str(), static_cast<long long>(flags.steps),
+               p.table(30).c_str());
+  p.write_chrome_trace(path);
+  std::fprintf(stderr, "trace: %s\n", path.c_str());
+}
+
+// FILE-b<batch>.json for one batch size of a sweep (FILE itself when there is one size).
+std::string trace_path_for(const std::string& path, int64_t batch, size_t sizes) {
+  if (sizes <= 1) return path;
+  const size_t dot = path.rfind('.');
+  const size_t slash = path.rfind('/');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  const std::string stem = has_ext ? path.substr(0, dot) : path, ext = has_ext ? path.substr(dot) : ".json";
+  return stem + "-b" + std::to_string(batch) + ext;
+}
+
 // Median microseconds per MLP step at one batch size; inputs and labels live on the device.
-double time_mlp_step(Device device, int64_t batch, int64_t steps, int64_t warmup, int repeats, uint64_t seed) {
+Timing time_mlp_step(Device device, int64_t batch, int64_t steps, int64_t warmup, int repeats, uint64_t seed,
+                     const ProfileFlags& flags, const std::string& trace_path) {
   manual_seed(seed);
   auto model = make_mlp();
   model->to(device);
@@ -85,18 +146,15 @@ double time_mlp_step(Device device, int64_t batch, int64_t steps, int64_t warmup
       Tensor loss = criterion((*model)(x), y);
       loss.backward();
       optimizer.step();
+      profiler::step();
     }
     if (device.is_cuda()) backend_for(device).synchronize();
   };
   run(warmup);
-  std::vector<double> us;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    run(steps);
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
-                 static_cast<double>(steps));
-  }
-  return median_of(us);
+  const Timing t = time_runs(run, steps, repeats, flags);
+  if (!flags.trace.empty())
+    profile_steps(run, flags, trace_path, "the mlp step on " + device.str() + ", batch " + std::to_string(batch));
+  return t;
 }
 
 std::vector<int64_t> parse_sizes(const std::string& list) {
@@ -131,19 +189,30 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps before the first run")->check(CLI::NonNegativeNumber);
   app.add_option("--repeats", repeats, "timed runs; the median is reported")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the dataset, the model and the shuffle");
+  ProfileFlags profile;
+  app.add_option("--profile", profile.trace,
+                 "after the timing, profile --profile-steps steps: the table on stderr, a Chrome trace to this file");
+  app.add_option("--profile-steps", profile.steps, "steps the profiler records")->check(CLI::PositiveNumber);
+  app.add_flag("--profile-overhead", profile.overhead,
+               "time every run also with the profiler recording (alternated); report both and the ratio");
   CLI11_PARSE(app, argc, argv);
 
   try {
     const Device device(device_name);
     if (model_name == "mlp") {
-      for (int64_t batch : parse_sizes(batch_sizes)) {
-        const double us = time_mlp_step(device, batch, steps, warmup, repeats, seed);
+      const std::vector<int64_t> sizes = parse_sizes(batch_sizes);
+      for (int64_t batch : sizes) {
+        const Timing t = time_mlp_step(device, batch, steps, warmup, repeats, seed, profile,
+                                       trace_path_for(profile.trace, batch, sizes.size()));
         std::fprintf(stderr, "mlp step on %s, batch %lld: median %.2f us/step (%d runs of %lld steps)\n",
-                     device.str().c_str(), (long long)batch, us, repeats, (long long)steps);
+                     device.str().c_str(), (long long)batch, t.us, repeats, (long long)steps);
         std::printf("{\"bench\":\"mlp_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"gemm\":\"%s\","
-                    "\"threads\":%d,\"batch\":%lld,\"steps\":%lld,\"us_per_step\":%.3f}\n",
+                    "\"threads\":%d,\"batch\":%lld,\"steps\":%lld,\"us_per_step\":%.3f",
                     device.str().c_str(), gemm_impl_name(gemm_impl()), host_threads(), (long long)batch,
-                    (long long)steps, us);
+                    (long long)steps, t.us);
+        if (profile.overhead)
+          std::printf(",\"us_per_step_profiled\":%.3f,\"profiled_ratio\":%.4f", t.us_profiled, t.us_profiled / t.us);
+        std::printf("}\n");
       }
       return 0;
     }
@@ -161,24 +230,21 @@ int main(int argc, char** argv) {
     optim::SGD optimizer(model->parameters(), sgd);
     nn::CrossEntropyLoss criterion;
 
-    using clock = std::chrono::steady_clock;
-    train_steps(warmup, loader, *model, optimizer, criterion, device);
-    std::vector<double> us_per_step;
-    for (int r = 0; r < repeats; ++r) {
-      auto start = clock::now();
-      train_steps(steps, loader, *model, optimizer, criterion, device);
+    auto run = [&](int64_t n) {
+      train_steps(n, loader, *model, optimizer, criterion, device);
       if (device.is_cuda()) backend_for(device).synchronize();
-      double us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
-      us_per_step.push_back(us / static_cast<double>(steps));
-    }
-    std::vector<double> sorted = us_per_step;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted[sorted.size() / 2];
-    std::fprintf(stderr, "seed step on %s: median %.3f us/step over %d runs of %lld steps (min %.3f, max %.3f)\n",
-                 device.str().c_str(), median, repeats, (long long)steps, sorted.front(), sorted.back());
+    };
+    run(warmup);
+    const Timing t = time_runs(run, steps, repeats, profile);
+    std::fprintf(stderr, "seed step on %s: median %.3f us/step over %d runs of %lld steps\n", device.str().c_str(),
+                 t.us, repeats, (long long)steps);
     std::printf("{\"bench\":\"seed_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"threads\":%d,\"steps\":%lld,"
-                "\"us_per_step\":%.3f}\n",
-                device.str().c_str(), host_threads(), (long long)steps, median);
+                "\"us_per_step\":%.3f",
+                device.str().c_str(), host_threads(), (long long)steps, t.us);
+    if (profile.overhead)
+      std::printf(",\"us_per_step_profiled\":%.3f,\"profiled_ratio\":%.4f", t.us_profiled, t.us_profiled / t.us);
+    std::printf("}\n");
+    if (!profile.trace.empty()) profile_steps(run, profile, profile.trace, "the seed step on " + device.str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
     return 1;

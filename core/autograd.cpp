@@ -4,10 +4,12 @@
 #include "core/autograd.h"
 
 #include <atomic>
+#include <optional>
 #include <queue>
 
 #include "core/backend.h"
 #include "core/ops/elementwise.h"
+#include "core/profiler.h"
 
 namespace minidl {
 
@@ -162,7 +164,10 @@ void Engine::run_graph(const Tensor& root, const Tensor& grad_in, bool retain_gr
       MINIDL_CHECK(!n->released(), "backward: trying to backward through the graph a second time (", n->name(),
                    " has already freed its saved tensors); pass retain_graph=true to the first backward() if you need "
                    "to call it twice");
+      std::optional<profiler::RecordScope> profile_scope;  // the node's name is built only while profiling
+      if (profiler::active()) profile_scope.emplace(n->name(), profiler::Kind::Backward, std::initializer_list<const Tensor*>{&g});
       input_grads = unit_seed && n == root_edge.fn.get() ? n->apply_unit_seed(g) : n->apply(g);
+      profile_scope.reset();
       if (!retain_graph && dynamic_cast<AccumulateGrad*>(n) == nullptr) {
         n->release_saved();
         n->mark_released();

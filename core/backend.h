@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,17 @@ constexpr const char* binary_op_name(BinaryOp op) {
 }
 
 enum class Activation : uint8_t { None, ReLU };
+
+// A point on a device stream's timeline (Backend::record_timestamp), for the profiler.
+class DeviceTimestamp {
+ public:
+  virtual ~DeviceTimestamp() = default;
+  // Milliseconds of device time from `earlier` (a timestamp of the same device) to this one;
+  // waits until the device has reached both.
+  virtual double ms_since(const DeviceTimestamp& earlier) const = 0;
+  // The stream it was queued on (an opaque handle, as Backend::stream_handle).
+  virtual void* stream() const = 0;
+};
 
 // The op's message for a bad class target at `row` holding `value` (check_targets).
 using TargetErrorMessage = std::function<std::string(int64_t row, int64_t value)>;
@@ -178,6 +190,10 @@ class Backend {
   // CUDA); nullptr where work runs synchronously on the calling thread (the CPU). Code that
   // queues its own work beside the backend's (parallel/nccl) orders itself against it.
   virtual void* stream_handle() const { return nullptr; }
+  // A timestamp queued on this backend's stream for the profiler (core/profiler.h): the device
+  // notes its clock once the work queued before it has run. nullptr where work runs
+  // synchronously on the calling thread (the CPU: the host clock is the time).
+  virtual std::shared_ptr<DeviceTimestamp> record_timestamp() { return nullptr; }
   // Marks t's memory as also used by work queued on `stream` (a handle of this device's kind):
   // when t's storage is freed, it is not handed out again before that work has finished
   // (Note [stream-aware frees] in kernels/cuda/caching_allocator.h). Nothing to do where work is

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/profiler.h"
 
 namespace minidl {
 namespace {
@@ -194,6 +195,7 @@ void release_cached_cpu_blocks() {
 Storage::Storage(size_t bytes, Device device, Allocator& allocator)
     : bytes_(bytes), device_(device), allocator_(&allocator) {
   void* p = allocator.allocate(bytes);
+  if (profiler::active()) profiler::note_allocation(bytes);
   Allocator* a = &allocator;
   data_ = std::shared_ptr<void>(p, [a, bytes](void* q) { a->deallocate(q, bytes); });
 }

@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/memory.h"
+#include "core/profiler.h"
 #include "core/start_thread.h"
 
 namespace minidl::data {
@@ -84,6 +85,7 @@ struct DataLoader::Epoch {
   }
 
   void load(int64_t b) {
+    profiler::RecordScope profile_scope("DataLoader.next", profiler::Kind::DataLoader);
     if (workers.empty()) {
       current = build(b, scratch);
     } else {

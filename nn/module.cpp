@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::nn {
 
@@ -47,7 +48,20 @@ void Module::add_child(const std::string& n, std::shared_ptr<Module> m) {
   check_new_name(n, "submodule");
   MINIDL_CHECK(m != nullptr, "Module ", name(), ": register_module('", n, "') got a null module");
   MINIDL_CHECK(m.get() != this, "Module ", name(), ": cannot register a module as its own child ('", n, "')");
+  if (m->registered_name_.empty()) m->registered_name_ = n;
   children_.emplace_back(n, std::move(m));
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  if (!profiler::active()) return forward(x);
+  profiler::RecordScope scope(profile_label(), profiler::Kind::Module, {&x});
+  return forward(x);
+}
+
+std::string Module::profile_label() const {
+  std::string type = name();  // "Linear(in_features=8, ...)": the type is what precedes '('
+  type = type.substr(0, type.find('('));
+  return registered_name_.empty() ? type : registered_name_ + " (" + type + ")";
 }
 
 void Module::collect_parameters(const std::string& prefix, std::vector<NamedTensor>& out,

@@ -28,7 +28,13 @@ class Module {
 
   // Default throws "Module <name>: forward not implemented".
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x), inside a profiler range named by profile_label() while the profiler records
+  // (core/profiler.h).
+  Tensor operator()(const Tensor& x);
+  // The profiler's name for this module's calls: its name in the first module it was
+  // registered in and its type (name() up to its first '('), "fc1 (Linear)"; just its type
+  // when it has no parent.
+  std::string profile_label() const;
   virtual std::string name() const { return "Module"; }
 
   // Registers t as a parameter and marks it requires_grad (a non-leaf t is detached first,
@@ -111,6 +117,7 @@ class Module {
   std::deque<NamedTensor> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::string registered_name_;  // its name in the first module that registered it (profile_label)
 };
 
 // clone() for a default-constructible model: `struct Model : nn::Cloneable<Model> {...}`.

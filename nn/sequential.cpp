@@ -1,8 +1,10 @@
 // nn::Sequential: in-order forward with the Linear -> ReLU fusion, and a layer-by-layer clone.
 #include "nn/sequential.h"
 
+#include <optional>
 #include <typeinfo>
 
+#include "core/profiler.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
 
@@ -38,10 +40,12 @@ Tensor Sequential::forward(const Tensor& x) {
     // Fuse only the exact classes: a subclass may override forward and mean something else.
     const bool relu_next = i + 1 < layers_.size() && typeid(*layers_[i + 1]) == typeid(ReLU);
     if (relu_next && typeid(layer) == typeid(Linear)) {
+      std::optional<profiler::RecordScope> scope;  // operator()'s range, for the fused call
+      if (profiler::active()) scope.emplace(layer.profile_label() + " + ReLU", profiler::Kind::Module, std::initializer_list<const Tensor*>{&h});
       h = static_cast<Linear&>(layer).forward_relu(h);
       ++i;  // the ReLU ran in the linear's epilogue
     } else {
-      h = layer.forward(h);
+      h = layer(h);
     }
   }
   return h;

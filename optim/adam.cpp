@@ -3,9 +3,11 @@
 #include "optim/adam.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::optim {
 
@@ -103,6 +105,8 @@ void Adam::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
 }
 
 void Adam::step() {
+  std::optional<profiler::RecordScope> profile_scope;
+  if (profiler::active()) profile_scope.emplace("Optimizer.step#" + optimizer_name() + ".step", profiler::Kind::Optimizer);
   NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const AdamOptions o = group_options(group);

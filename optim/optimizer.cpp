@@ -3,7 +3,10 @@
 #include "optim/optimizer.h"
 
 #include <cmath>
+#include <optional>
 #include <unordered_set>
+
+#include "core/profiler.h"
 
 namespace minidl::optim {
 
@@ -61,6 +64,10 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::string optimizer, cons
 Optimizer::~Optimizer() = default;
 
 void Optimizer::zero_grad() {
+  // Gradients become undefined (PyTorch's set_to_none=True): no memory is written, nothing is
+  // launched on a device, and the next backward allocates them afresh.
+  std::optional<profiler::RecordScope> profile_scope;
+  if (profiler::active()) profile_scope.emplace("Optimizer.zero_grad#" + name_ + ".zero_grad", profiler::Kind::Optimizer);
   for (auto& group : groups_)
     for (auto& p : group.params) p.set_grad(Tensor());
 }

@@ -3,9 +3,11 @@
 #include "optim/sgd.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::optim {
 
@@ -89,6 +91,8 @@ void SGD::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
 }
 
 void SGD::step() {
+  std::optional<profiler::RecordScope> profile_scope;
+  if (profiler::active()) profile_scope.emplace("Optimizer.step#" + optimizer_name() + ".step", profiler::Kind::Optimizer);
   NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const SGDOptions o = group_options(group);

@@ -17,6 +17,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -59,6 +60,7 @@ Tensor as_heads(const Tensor& x) {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                                     Generator* gen, std::optional<double> scale) {
+  profiler::RecordScope profile_scope("scaled_dot_product_attention", profiler::Kind::Op, {&q, &k, &v});
   constexpr const char* op = "scaled_dot_product_attention";
   check_defined(q, op, "q");
   check_defined(k, op, "k");

@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -36,6 +37,7 @@ void check_channel_vector(const Tensor& t, const char* what, const Tensor& x, in
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
+  profiler::RecordScope profile_scope("batch_norm", profiler::Kind::Op, {&x, &running_mean, &running_var, &weight, &bias});
   check_defined(x, "batch_norm", "x");
   check_same_device({&x, &running_mean, &running_var, &weight, &bias}, "batch_norm");
   MINIDL_CHECK(is_floating(x.dtype()), "batch_norm: x must be float32 or float64, got ", x.dtype(), " with shape ",

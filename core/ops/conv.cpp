@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -79,6 +80,7 @@ Conv2dGeometry conv2d_geometry(const Shape& xs, const Shape& ws, Size2 stride, S
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding, Size2 dilation,
               int64_t groups) {
+  profiler::RecordScope profile_scope("conv2d", profiler::Kind::Op, {&x, &w, &b});
   check_defined(x, "conv2d", "x");
   check_defined(w, "conv2d", "weight");
   check_same_device({&x, &w, &b}, "conv2d");

@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/ops/reduce.h"
 #include "core/ops/view.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -104,12 +105,17 @@ Tensor mul_or_div(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return add_or_sub(a, b, false); }
-Tensor sub(const Tensor& a, const Tensor& b) { return add_or_sub(a, b, true); }
-Tensor mul(const Tensor& a, const Tensor& b) { return mul_or_div<MulBackward>(BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return mul_or_div<DivBackward>(BinaryOp::Div, a, b); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("add", profiler::Kind::Op, {&a, &b}); return add_or_sub(a, b, false); }
+Tensor sub(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("sub", profiler::Kind::Op, {&a, &b}); return add_or_sub(a, b, true); }
+Tensor mul(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("mul", profiler::Kind::Op, {&a, &b}); return mul_or_div<MulBackward>(BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("div", profiler::Kind::Op, {&a, &b}); return mul_or_div<DivBackward>(BinaryOp::Div, a, b); }
 
 Tensor relu(const Tensor& x) {
+  profiler::RecordScope profile_scope("relu", profiler::Kind::Op, {&x});
   check_defined(x, "relu", "x");
   MINIDL_CHECK(is_floating(x.dtype()), "relu: expected a floating tensor, got ", x.dtype(), " with shape ", x.shape());
   check_backend_computes(x, "relu", "x");
@@ -125,6 +131,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("eq", profiler::Kind::Op, {&a, &b});
   check_defined(a, "eq", "a");
   check_defined(b, "eq", "b");
   check_same_device({&a, &b}, "eq");

@@ -9,6 +9,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -34,6 +35,7 @@ struct EmbeddingBackward final : Node {
 }  // namespace
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  profiler::RecordScope profile_scope("embedding", profiler::Kind::Op, {&indices, &weight});
   constexpr const char* op = "embedding";
   check_defined(indices, op, "indices");
   check_defined(weight, op, "weight");

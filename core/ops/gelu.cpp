@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl {
 
@@ -45,6 +46,7 @@ struct GeluBackward final : Node {
 }  // namespace
 
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
+  profiler::RecordScope profile_scope("gelu", profiler::Kind::Op, {&x});
   check_defined(x, "gelu", "x");
   MINIDL_CHECK(is_floating(x.dtype()), "gelu: x must be float32 or float64, got ", x.dtype(), " with shape ",
                x.shape());

@@ -10,6 +10,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -47,6 +48,7 @@ void check_feature_vector(const Tensor& t, const char* what, const Tensor& x) {
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  profiler::RecordScope profile_scope("layer_norm", profiler::Kind::Op, {&x, &weight, &bias});
   check_defined(x, "layer_norm", "x");
   check_same_device({&x, &weight, &bias}, "layer_norm");
   MINIDL_CHECK(is_floating(x.dtype()), "layer_norm: x must be float32 or float64, got ", x.dtype(), " with shape ",

@@ -15,6 +15,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/reduce.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -162,6 +163,7 @@ struct LinearBackward final : Node {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  profiler::RecordScope profile_scope("matmul", profiler::Kind::Op, {&a, &b});
   check_float_matrix(a, "matmul", "a");
   check_float_matrix(b, "matmul", "b");
   check_same_device({&a, &b}, "matmul");
@@ -203,6 +205,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  profiler::RecordScope profile_scope("linear", profiler::Kind::Op, {&x, &w, &b});
   check_float_matrix(x, "linear", "x");
   check_float_matrix(w, "linear", "weight");
   check_same_device({&x, &w, &b}, "linear");

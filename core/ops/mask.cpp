@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/elementwise.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -79,10 +80,13 @@ Tensor mask_as_view(const Tensor& mask, const Tensor& x) {
 
 }  // namespace
 
-Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false); }
-Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true); }
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  profiler::RecordScope profile_scope("tril", profiler::Kind::Op, {&x}); return triangle(x, diagonal, false); }
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  profiler::RecordScope profile_scope("triu", profiler::Kind::Op, {&x}); return triangle(x, diagonal, true); }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  profiler::RecordScope profile_scope("masked_fill", profiler::Kind::Op, {&x, &mask});
   check_defined(x, "masked_fill", "x");
   check_defined(mask, "masked_fill", "mask");
   check_same_device({&x, &mask}, "masked_fill");

@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -77,6 +78,7 @@ struct AvgPool2dBackward final : Node {
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Size2 padding) {
+  profiler::RecordScope profile_scope("max_pool2d", profiler::Kind::Op, {&x});
   const Pool2dGeometry g = pool_geometry("max_pool2d", x, kernel, stride, padding);
   const Tensor xc = x.detach().contiguous();
   Tensor y = empty(out_shape(g), x.options());
@@ -115,10 +117,12 @@ Tensor avg_pool(const char* op, const Tensor& x, Size2 kernel, std::optional<Siz
 }  // namespace
 
 Tensor avg_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Size2 padding, bool count_include_pad) {
+  profiler::RecordScope profile_scope("avg_pool2d", profiler::Kind::Op, {&x});
   return avg_pool("avg_pool2d", x, kernel, stride, padding, count_include_pad);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
+  profiler::RecordScope profile_scope("adaptive_avg_pool2d", profiler::Kind::Op, {&x});
   check_defined(x, "adaptive_avg_pool2d", "x");
   MINIDL_CHECK(output_size[0] == 1 && output_size[1] == 1,
                "adaptive_avg_pool2d: only output size (1, 1) (global average pooling) is supported, got ",

@@ -8,6 +8,7 @@
 #include "core/backend.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/view.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -50,6 +51,7 @@ Tensor attach_sum(const Tensor& x, Tensor out, const Shape& keep_shape) {
 }  // namespace
 
 Tensor sum(const Tensor& x) {
+  profiler::RecordScope profile_scope("sum", profiler::Kind::Op, {&x});
   check_defined(x, "sum", "x");
   check_backend_computes(x, "sum", "x");
   Tensor flat = x.detach().contiguous();
@@ -60,6 +62,7 @@ Tensor sum(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  profiler::RecordScope profile_scope("sum", profiler::Kind::Op, {&x});
   check_defined(x, "sum", "x");
   check_backend_computes(x, "sum", "x");
   const int d = wrap_dim(dim, x.dim(), "sum");
@@ -75,6 +78,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x) {
+  profiler::RecordScope profile_scope("mean", profiler::Kind::Op, {&x});
   MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "mean: expected a floating tensor",
                x.defined() ? detail::make_message(", got ", x.dtype()) : std::string());
   MINIDL_CHECK(x.numel() > 0, "mean: the mean of an empty tensor (shape ", x.shape(), ") is undefined");
@@ -82,6 +86,7 @@ Tensor mean(const Tensor& x) {
 }
 
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  profiler::RecordScope profile_scope("mean", profiler::Kind::Op, {&x});
   MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "mean: expected a floating tensor",
                x.defined() ? detail::make_message(", got ", x.dtype()) : std::string());
   const int d = wrap_dim(dim, x.dim(), "mean");
@@ -90,6 +95,7 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
+  profiler::RecordScope profile_scope("sum_to", profiler::Kind::Op, {&x});
   if (x.shape() == shape) return x;
   Tensor r = x;
   while (r.dim() > shape.rank()) r = sum(r, 0, false);
@@ -100,6 +106,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor argmax(const Tensor& x, int64_t dim) {
+  profiler::RecordScope profile_scope("argmax", profiler::Kind::Op, {&x});
   check_defined(x, "argmax", "x");
   MINIDL_CHECK(x.dim() >= 1, "argmax: expected at least one dim, got a scalar");
   check_backend_computes(x, "argmax", "x");

@@ -17,10 +17,12 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/view.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  profiler::RecordScope profile_scope("topk", profiler::Kind::Op, {&x});
   (void)sorted;  // the result is always sorted (see the header)
   constexpr const char* op = "topk";
   check_defined(x, op, "x");
@@ -52,6 +54,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
 }
 
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Generator* gen) {
+  profiler::RecordScope profile_scope("multinomial", profiler::Kind::Op, {&probs});
   constexpr const char* op = "multinomial";
   check_defined(probs, op, "probs");
   MINIDL_CHECK(is_floating(probs.dtype()), op, ": probs must be float32 or float64, got ", probs.dtype(),

@@ -33,6 +33,7 @@
 #include "core/backend.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/view.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -126,11 +127,14 @@ struct FusedSoftmaxCrossEntropyBackward final : Node {
 
 }  // namespace
 
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim, true); }
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_family(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  profiler::RecordScope profile_scope("log_softmax", profiler::Kind::Op, {&x}); return softmax_family(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  profiler::RecordScope profile_scope("softmax", profiler::Kind::Op, {&x}); return softmax_family(x, dim, false); }
 
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction,
                              CrossEntropyGrad grad_mode, const CrossEntropyOptions& options) {
+  profiler::RecordScope profile_scope("softmax_cross_entropy", profiler::Kind::Op, {&logits, &targets});
   constexpr const char* op = "softmax_cross_entropy";
   check_defined(logits, op, "logits");
   check_defined(targets, op, "targets");

@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/reduce.h"
+#include "core/profiler.h"
 
 namespace minidl::ops {
 
@@ -112,6 +113,7 @@ std::shared_ptr<NodeT> node_if_needed(const Tensor& x) {
 }  // namespace
 
 Tensor view(const Tensor& x, const Shape& shape) {
+  profiler::RecordScope profile_scope("view", profiler::Kind::Op, {&x});
   check_defined(x, "view", "self");
   const Shape out_shape = infer_shape(shape, x.numel(), "view", x.shape());
   MINIDL_CHECK(x.is_contiguous(), "view: input of shape ", x.shape(), " with strides ", x.strides(),
@@ -122,6 +124,7 @@ Tensor view(const Tensor& x, const Shape& shape) {
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  profiler::RecordScope profile_scope("reshape", profiler::Kind::Op, {&x});
   check_defined(x, "reshape", "self");
   if (x.is_contiguous()) {
     const Shape out_shape = infer_shape(shape, x.numel(), "reshape", x.shape());
@@ -132,6 +135,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  profiler::RecordScope profile_scope("narrow", profiler::Kind::Op, {&x});
   check_defined(x, "narrow", "self");
   const int d = wrap_dim(dim, x.dim(), "narrow");
   const int64_t size = x.shape()[d];
@@ -149,6 +153,7 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  profiler::RecordScope profile_scope("split", profiler::Kind::Op, {&x});
   check_defined(x, "split", "self");
   const int d = wrap_dim(dim, x.dim(), "split");
   MINIDL_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
@@ -161,6 +166,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  profiler::RecordScope profile_scope("chunk", profiler::Kind::Op, {&x});
   check_defined(x, "chunk", "self");
   MINIDL_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   const int d = wrap_dim(dim, x.dim(), "chunk");
@@ -170,6 +176,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  profiler::RecordScope profile_scope("transpose", profiler::Kind::Op, {&x});
   check_defined(x, "transpose", "self");
   const int a = wrap_dim(dim0, x.dim(), "transpose"), b = wrap_dim(dim1, x.dim(), "transpose");
   Shape shape = x.shape(), strides = x.strides();
@@ -184,6 +191,7 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  profiler::RecordScope profile_scope("unsqueeze", profiler::Kind::Op, {&x});
   check_defined(x, "unsqueeze", "self");
   const int d = wrap_dim(dim, x.dim() + 1, "unsqueeze");
   Shape shape = x.shape(), strides = x.strides();
@@ -195,6 +203,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
+  profiler::RecordScope profile_scope("squeeze", profiler::Kind::Op, {&x});
   check_defined(x, "squeeze", "self");
   const int d = wrap_dim(dim, x.dim(), "squeeze");
   if (x.shape()[d] != 1) return x;
@@ -207,6 +216,7 @@ Tensor squeeze(const Tensor& x, int64_t dim) {
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
+  profiler::RecordScope profile_scope("expand", profiler::Kind::Op, {&x});
   check_defined(x, "expand", "self");
   MINIDL_CHECK(shape.rank() >= x.dim(), "expand: cannot expand shape ", x.shape(), " to fewer dims ", shape);
   if (shape == x.shape()) return x;
@@ -224,6 +234,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 }
 
 Tensor clone(const Tensor& x) {
+  profiler::RecordScope profile_scope("clone", profiler::Kind::Op, {&x});
   check_defined(x, "clone", "self");
   Tensor out = empty(x.shape(), x.options());
   if (x.numel() > 0) {
@@ -238,12 +249,14 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor contiguous(const Tensor& x) {
+  profiler::RecordScope profile_scope("contiguous", profiler::Kind::Op, {&x});
   check_defined(x, "contiguous", "self");
   if (x.is_contiguous()) return x;
   return clone(x);
 }
 
 Tensor to(const Tensor& x, Device device, DType dtype) {
+  profiler::RecordScope profile_scope("to", profiler::Kind::Op, {&x});
   check_defined(x, "to", "self");
   if (x.device() == device && x.dtype() == dtype) return x;
   MINIDL_CHECK(!x.requires_grad() || is_floating(dtype), "to: cannot convert a tensor that requires grad to ", dtype);
@@ -275,6 +288,7 @@ Tensor to(const Tensor& x, Device device, DType dtype) {
 }
 
 Tensor cat(const std::vector<Tensor>& parts, int64_t dim) {
+  profiler::RecordScope profile_scope("cat", profiler::Kind::Op, {});
   MINIDL_CHECK(!parts.empty(), "cat: expected at least one tensor");
   const Tensor& first = parts.front();
   check_defined(first, "cat", "tensors[0]");
@@ -313,6 +327,7 @@ Tensor cat(const std::vector<Tensor>& parts, int64_t dim) {
 }
 
 Tensor index_rows(const Tensor& x, const std::vector<int64_t>& indices) {
+  profiler::RecordScope profile_scope("index_rows", profiler::Kind::Op, {&x});
   check_defined(x, "index_rows", "self");
   MINIDL_CHECK(x.dim() >= 1, "index_rows: expected a tensor with at least one dim, got a scalar");
   const int64_t rows = x.shape()[0];

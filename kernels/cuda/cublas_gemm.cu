@@ -78,6 +78,7 @@ void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stre
   // Note [row-major through column-major cuBLAS]: Cᵀ[N, M] = op(B)ᵀ · op(A)ᵀ, per product.
   if (p.batch == 1) {
     MINIDL_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, n, m, k, &one, p.b, ldb, p.a, lda, &zero, p.c, ldc));
+    if (profiler::active()) profiler::note_launch();  // a library call counts as one launch
   } else {
     // cuBLAS takes an int batch count: chunks of at most INT_MAX products.
     for (int64_t first = 0; first < p.batch; first += INT_MAX) {
@@ -85,6 +86,7 @@ void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stre
       MINIDL_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, &one, p.b + first * p.stride_b, ldb,
                                                     p.stride_b, p.a + first * p.stride_a, lda, p.stride_a, &zero,
                                                     p.c + first * p.stride_c, ldc, p.stride_c, count));
+      if (profiler::active()) profiler::note_launch();
     }
   }
   for (int64_t i = 0; i < p.batch; ++i)  // returns at once when there is neither bias nor ReLU

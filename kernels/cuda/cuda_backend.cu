@@ -128,6 +128,8 @@ void CudaBackend::empty_cache() {
 
 void CudaBackend::reset_peak_memory_stats() { allocator_->reset_peak(); }
 
+std::shared_ptr<DeviceTimestamp> CudaBackend::record_timestamp() { return record_timestamp_event(stream_); }
+
 void CudaBackend::record_stream(const Tensor& t, void* stream) {
   MINIDL_INTERNAL_ASSERT(t.device() == device(), "record_stream: a tensor on ", t.device(), " given to ", device());
   allocator_->record_stream(t.storage().data(), stream);

@@ -99,6 +99,7 @@ class CudaBackend final : public Backend {
 
   void synchronize() override;
   void* stream_handle() const override { return stream_; }
+  std::shared_ptr<DeviceTimestamp> record_timestamp() override;
   // Throws the first error check_targets recorded on the device since the last call, if any,
   // and forgets them all (Note [deferred target errors], cross_entropy.cu). Call it only after
   // the stream has been synchronised: synchronize() and copies to the host do.

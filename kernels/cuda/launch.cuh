@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/profiler.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace minidl::cuda {
@@ -40,6 +41,7 @@ inline unsigned grid_for(int64_t n, int per_block, int sm_count, int blocks_per_
 // Kernel launch: <<<...>>> under nvcc, the simulated device's launcher otherwise; then the same
 // launch check on both. `args` are not deduced (type_identity_t): each converts implicitly to
 // its kernel parameter at the call site, exactly as in kernel<<<...>>>(args...) — no casts.
+// Each launch is counted by the profiler (core/profiler.h) while it records.
 template <class... Params>
 void launch_kernel(const char* file, int line, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                    cudaStream_t stream, std::type_identity_t<Params>... args) {
@@ -49,6 +51,7 @@ void launch_kernel(const char* file, int line, void (*kernel)(Params...), dim3 g
   ::cudasim_launch_at(file, line, kernel, grid, block, shared_bytes, stream, args...);
 #endif
   check_launch(file, line);
+  if (profiler::active()) profiler::note_launch();
 }
 
 #define MINIDL_LAUNCH(...) ::minidl::cuda::launch_kernel(__FILE__, __LINE__, __VA_ARGS__)

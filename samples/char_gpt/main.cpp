@@ -71,6 +71,12 @@ int main(int argc, char** argv) {
   app.add_option("--resume", c.resume, "continue the run saved in this checkpoint (same flags)");
   app.add_option("--stop-after", c.stop_after, "stop after N iterations in this process, saving the checkpoint first")
       ->check(samples::non_negative_integer<int64_t>());
+  app.add_option("--profile", c.profile.trace,
+                 "profile --profile-steps iterations after 5 warm-up iterations: print the per-op table and write a "
+                 "Chrome trace (Perfetto, chrome://tracing) to this file");
+  app.add_option("--profile-steps", c.profile.steps, "iterations the profiler records")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
   app.add_option("--progress", progress, "auto (a bar on a terminal, else the evaluation lines), bar, lines or none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
       ->capture_default_str();

@@ -412,6 +412,7 @@ class Trainer {
   TrainingResult run() {
     int64_t run_here = 0;
     double seconds = 0;
+    samples::ProfileWindow profile(rank_ == 0 ? config_.profile : samples::ProfileOptions{}, out_);
     while (true) {
       const int64_t it = iteration_;
       if (it % config_.eval_interval == 0 || it == config_.iters) evaluate(it);
@@ -419,6 +420,7 @@ class Trainer {
       const auto start = std::chrono::steady_clock::now();
       const double loss = step();
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      profile.step_done();
       ++run_here;
       ++iteration_;
       MINIDL_CHECK(std::isfinite(loss), "char_gpt: the training loss is ", loss, " at iteration ", it,
@@ -433,6 +435,7 @@ class Trainer {
         break;
       }
     }
+    profile.finish();
     result_.iterations = iteration_;
     result_.finished = iteration_ >= config_.iters;
     if (run_here > 0 && rank_ == 0) {
@@ -475,6 +478,7 @@ class Trainer {
   // The lead process measures both splits, prints the line and saves the checkpoint.
   void evaluate(int64_t it) {
     if (rank_ != 0) return;
+    profiler::RecordScope profile_scope("evaluate", profiler::Kind::User);
     EvalPoint e{it, split_loss(data_.train, "training"), split_loss(data_.val, "validation")};
     MINIDL_CHECK(std::isfinite(e.train_loss) && std::isfinite(e.val_loss), "char_gpt: ", eval_line(e),
                  ": the run diverged and stops here; a smaller --lr may train");

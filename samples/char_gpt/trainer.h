@@ -27,6 +27,7 @@
 #include "core/generator.h"
 #include "samples/char_gpt/model.h"
 #include "samples/char_gpt/text_data.h"
+#include "samples/common/profile_window.h"
 
 namespace minidl::parallel {
 class ProcessGroup;
@@ -65,6 +66,9 @@ struct TrainerConfig {
   ProgressStyle progress = ProgressStyle::Lines;
   // Several processes (mpirun): rank 0 evaluates, prints and saves; every rank resumes.
   std::shared_ptr<parallel::ProcessGroup> group;
+  // --profile: record profile.steps iterations after profile.warmup (the table on `out`, the
+  // Chrome trace to profile.trace; samples/common/profile_window.h). Rank 0's only.
+  samples::ProfileOptions profile;
 };
 
 struct EvalPoint {

@@ -73,6 +73,12 @@ int main(int argc, char** argv) {
   app.add_option("--stop-after-batches", c.stop_after_batches,
                  "stop after N batches in this process, saving the checkpoint first (continue with --resume)")
       ->check(samples::non_negative_integer<int64_t>());
+  app.add_option("--profile", c.profile.trace,
+                 "profile --profile-steps training steps after 5 warm-up steps: print the per-op table and write a "
+                 "Chrome trace (Perfetto, chrome://tracing) to this file");
+  app.add_option("--profile-steps", c.profile.steps, "training steps the profiler records")
+      ->check(samples::positive_integer<int64_t>())
+      ->capture_default_str();
   app.add_option("--progress", progress, "auto (a bar on a terminal, else one line per epoch), bar, lines or none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
       ->capture_default_str();

@@ -400,6 +400,7 @@ void Trainer::end_epoch(int64_t epoch, double lr, double seconds, int64_t sample
 TrainingResult Trainer::run() {
   int64_t batches_run = 0;  // in this process, for stop_after_batches
   bool stopped = false;
+  samples::ProfileWindow profile(parallel_->lead() ? config_.profile : samples::ProfileOptions{}, out_);
   for (int64_t epoch = loader_->state().epoch; epoch < config_.epochs && !stopped; ++epoch) {
     const double lr = optimizer_->param_groups()[0].lr;
     EpochProgress progress(out_, config_.progress, epoch + 1, config_.epochs, loader_->state().batch, loader_->size());
@@ -408,6 +409,7 @@ TrainingResult Trainer::run() {
 
     for (auto it = loader_->begin(); it != loader_->end(); ++it) {
       const double batch_loss = step(*it);
+      profile.step_done();
       const int64_t n = it->y.shape()[0];
       const data::DataLoaderState pos = loader_->state();
       const bool last = pos.batch == 0;  // the position rolled over to the next epoch
@@ -437,6 +439,7 @@ TrainingResult Trainer::run() {
     end_epoch(epoch, lr, seconds, samples_here, progress);
   }
   result_.finished = loader_->state().epoch >= config_.epochs;
+  profile.finish();
 
   if (parallel_->lead() && !config_.plot.empty()) {
     const std::string why = plot_metrics(config_.plot, result_.history);

@@ -18,6 +18,7 @@
 #include "nn/sequential.h"
 #include "optim/optimizer.h"
 #include "samples/common/parallel_model.h"
+#include "samples/common/profile_window.h"
 
 namespace minidl::data {
 class DataLoader;
@@ -75,6 +76,9 @@ struct TrainerConfig {
   // process; rank 0 alone evaluates and writes metrics, plots and checkpoints; every rank resumes
   // from the checkpoint. Null: one process.
   std::shared_ptr<parallel::ProcessGroup> group;
+  // --profile: record profile.steps training steps after profile.warmup (table on `out`, Chrome
+  // trace to profile.trace; samples/common/profile_window.h). With several processes, rank 0's.
+  samples::ProfileOptions profile;
 };
 
 // One row of the metrics CSV. train_loss is the mean over the epoch's examples; lr is the lr
