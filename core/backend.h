@@ -183,6 +183,19 @@ class Backend {
   virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) = 0;
   virtual void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                          const AdamConfig& cfg) = 0;
+  // The same updates over lists at once (PyTorch's foreach/fused optimizers): entry i of the
+  // lists is sgd_step / adam_step of params[i] with `cfg`, in the same arithmetic, so the results
+  // are the same bits. The lists hold tensors of this device and one dtype (momentum_buffers:
+  // all defined, or all undefined when cfg.momentum is 0). A device backend covers a whole list
+  // with one launch; the default runs the single updates in order.
+  virtual void sgd_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                             std::vector<Tensor>& momentum_buffers, const SGDConfig& cfg) {
+    for (size_t i = 0; i < params.size(); ++i) sgd_step(params[i], grads[i], momentum_buffers[i], cfg);
+  }
+  virtual void adam_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                              std::vector<Tensor>& exp_avgs, std::vector<Tensor>& exp_avg_sqs, const AdamConfig& cfg) {
+    for (size_t i = 0; i < params.size(); ++i) adam_step(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], cfg);
+  }
 
   // ---- device ----
   virtual void synchronize() {}

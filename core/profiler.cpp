@@ -5,9 +5,9 @@
 // is taken only by its own thread and by stop(), which collects the buffers. Bytes and launches
 // are per-thread running counters: a range notes them at its start and end, and the
 // difference is what it and its nested ranges did. A device op takes two timestamps on its
-// stream (Backend::record_timestamp); the first device op of a recording on each device also
-// queues a base timestamp and waits for it once, so that base has a known host time, and
-// stop() places every device time on the host clock as base + (device time since the base).
+// stream (Backend::record_timestamp); the first device op of a recording on each device waits
+// once for the device to be idle and queues a base timestamp at a known host time, and stop()
+// places every device time on the host clock as base + (device time since the base).
 #include "core/profiler.h"
 
 #include <algorithm>
@@ -247,12 +247,15 @@ void RecordScope::begin(const std::string& name, Kind kind, std::initializer_lis
       std::unique_lock<std::mutex> lock(rec->mutex);
       if (rec->bases.find(key) == rec->bases.end()) {
         // The first op on this device in the recording: a base timestamp whose host time is
-        // known, because the host waits for it (once per device and recording).
+        // known. The host waits for the device to be idle (once per device and recording),
+        // notes the time and queues the base, which the idle device reaches at once: device
+        // times placed by it are early by at most that latency, never late, so no device range
+        // appears to end after the host has seen it end.
         lock.unlock();
         DeviceBase base;
-        base.stamp = backend.record_timestamp();
-        if (base.stamp) backend.synchronize();
+        backend.synchronize();
         base.host_ns = ns_since(rec->start);
+        base.stamp = backend.record_timestamp();
         lock.lock();
         rec->bases.emplace(key, std::move(base));
       }

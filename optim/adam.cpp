@@ -2,6 +2,7 @@
 // the call to Backend::adam_step with the options of the parameter's group.
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -104,12 +105,21 @@ void Adam::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
   }
 }
 
+// The parameters go to the backend in lists (Note [one update per list], optim/sgd.cpp), here
+// of one device, dtype and step count (the bias corrections depend on it).
 void Adam::step() {
   std::optional<profiler::RecordScope> profile_scope;
   if (profiler::active()) profile_scope.emplace("Optimizer.step#" + optimizer_name() + ".step", profiler::Kind::Optimizer);
   NoGradGuard no_grad;
+  struct List {
+    Device device;
+    DType dtype;
+    int64_t step;
+    std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  };
   for (auto& group : param_groups()) {
     const AdamOptions o = group_options(group);
+    std::vector<List> lists;
     for (Tensor& param : group.params) {
       const Tensor grad = gradient_for_update(param);
       if (!grad.defined()) continue;
@@ -119,6 +129,16 @@ void Adam::step() {
       if (s.exp_avg.device() != param.device()) s.exp_avg = s.exp_avg.to(param.device());  // the model moved
       if (s.exp_avg_sq.device() != param.device()) s.exp_avg_sq = s.exp_avg_sq.to(param.device());
       s.step += 1;
+      auto it = std::find_if(lists.begin(), lists.end(), [&](const List& l) {
+        return l.device == param.device() && l.dtype == param.dtype() && l.step == s.step;
+      });
+      if (it == lists.end()) it = lists.insert(lists.end(), List{param.device(), param.dtype(), s.step, {}, {}, {}, {}});
+      it->params.push_back(param);
+      it->grads.push_back(grad);
+      it->exp_avgs.push_back(s.exp_avg);
+      it->exp_avg_sqs.push_back(s.exp_avg_sq);
+    }
+    for (List& l : lists) {
       AdamConfig cfg;
       cfg.lr = o.lr;
       cfg.beta1 = o.beta1;
@@ -126,8 +146,8 @@ void Adam::step() {
       cfg.eps = o.eps;
       cfg.weight_decay = o.weight_decay;
       cfg.decoupled_weight_decay = decoupled_weight_decay_;
-      cfg.step = s.step;
-      backend_for(param.device()).adam_step(param, grad, s.exp_avg, s.exp_avg_sq, cfg);
+      cfg.step = l.step;
+      backend_for(l.device).adam_step_many(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, cfg);
     }
   }
 }

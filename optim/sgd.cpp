@@ -2,6 +2,7 @@
 // Backend::sgd_step with the options of the parameter's group.
 #include "optim/sgd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -90,34 +91,57 @@ void SGD::replace_state(std::vector<std::pair<Tensor, ParamState>> states) {
   }
 }
 
+// Note [one update per list]: step() gathers each group's parameters into lists that share a
+// device, a dtype and an update rule (for SGD: whether their momentum buffers are new; for Adam:
+// the step count), and hands each list to the backend at once (sgd_step_many): on a GPU one
+// launch per list instead of one per parameter — for a model trained as a whole, one launch per
+// group and device. Within a list the parameters keep the group's order; the arithmetic is that
+// of the single update, so the results do not change.
 void SGD::step() {
   std::optional<profiler::RecordScope> profile_scope;
   if (profiler::active()) profile_scope.emplace("Optimizer.step#" + optimizer_name() + ".step", profiler::Kind::Optimizer);
   NoGradGuard no_grad;
+  struct List {
+    Device device;
+    DType dtype;
+    bool first_step;
+    std::vector<Tensor> params, grads, buffers;
+  };
   for (auto& group : param_groups()) {
     const SGDOptions o = group_options(group);
+    std::vector<List> lists;
     for (Tensor& param : group.params) {
       const Tensor grad = gradient_for_update(param);
       if (!grad.defined()) continue;
+      bool first_step = true;
+      Tensor buffer;  // undefined without momentum
+      if (o.momentum != 0) {
+        SGDParamState& s = state(param);
+        first_step = !s.momentum_buffer.defined();
+        if (first_step) {
+          s.momentum_buffer = zeros_like(param);
+        } else if (s.momentum_buffer.device() != param.device()) {
+          s.momentum_buffer = s.momentum_buffer.to(param.device());  // the model moved since the last step
+        }
+        buffer = s.momentum_buffer;
+      }
+      auto it = std::find_if(lists.begin(), lists.end(), [&](const List& l) {
+        return l.device == param.device() && l.dtype == param.dtype() && l.first_step == first_step;
+      });
+      if (it == lists.end()) it = lists.insert(lists.end(), List{param.device(), param.dtype(), first_step, {}, {}, {}});
+      it->params.push_back(param);
+      it->grads.push_back(grad);
+      it->buffers.push_back(buffer);
+    }
+    for (List& l : lists) {
       SGDConfig cfg;
       cfg.lr = o.lr;
       cfg.momentum = o.momentum;
       cfg.dampening = o.dampening;
       cfg.weight_decay = o.weight_decay;
       cfg.nesterov = o.nesterov;
-      Tensor no_buffer;
-      Tensor* buffer = &no_buffer;
-      if (o.momentum != 0) {
-        SGDParamState& s = state(param);
-        cfg.first_step = !s.momentum_buffer.defined();
-        if (cfg.first_step) {
-          s.momentum_buffer = zeros_like(param);
-        } else if (s.momentum_buffer.device() != param.device()) {
-          s.momentum_buffer = s.momentum_buffer.to(param.device());  // the model moved since the last step
-        }
-        buffer = &s.momentum_buffer;
-      }
-      backend_for(param.device()).sgd_step(param, grad, *buffer, cfg);
+      cfg.first_step = l.first_step;
+      backend_for(l.device).sgd_step_many(l.params, l.grads, l.buffers, cfg);
     }
   }
 }

@@ -96,6 +96,10 @@ class CudaBackend final : public Backend {
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) override;
   void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                  const AdamConfig& cfg) override;
+  void sgd_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                     std::vector<Tensor>& momentum_buffers, const SGDConfig& cfg) override;
+  void adam_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& exp_avgs,
+                      std::vector<Tensor>& exp_avg_sqs, const AdamConfig& cfg) override;
 
   void synchronize() override;
   void* stream_handle() const override { return stream_; }

@@ -2,12 +2,8 @@
 // gradients of clip_grad_norm_.
 //   multi_tensor_norm:  out = (Σ_tensors Σ_i |x_i|^p)^(1/p), or max |x_i| for p = inf
 //   multi_tensor_clip:  x_i *= c, c = min(max_norm / (norm[0] + 1e-6), 1), in place
-// Strategy (PyTorch's multi_tensor_apply, with the table in device memory): the host writes a
-// table {pointer, numel} per tensor and the first chunk of each (chunks of kChunk elements; a
-// chunk never spans two tensors) into a CPU tensor and copies it to the device (a copy that has
-// read its source when it returns, and a table block the caching allocator reuses only after the
-// kernel that reads it), so one launch covers any number of tensors. Block b walks chunks b,
-// b + grid, ... (binary search in the table for the chunk's tensor), 256 threads over each chunk.
+// Strategy: one launch over the tensor table of kernels/cuda/tensor_table.cuh (PyTorch's
+// multi_tensor_apply), 256 threads over each chunk of 4096 elements.
 // The norm reduces each block's chunks to one partial in a fixed order, and the last block to
 // finish (an atomic ticket after a memory fence) combines the partials in block order, in double,
 // and takes the root: one launch, and the same bits every run for a given grid.
@@ -17,6 +13,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/tensor_table.cuh"
 
 namespace minidl::cuda {
 
@@ -27,28 +24,7 @@ constexpr int64_t kChunk = 4096;  // elements per chunk: 16 per thread
 
 enum class NormKind : int { Max, One, Two, Pow };
 
-// The device table of n tensors: ptr[n] (as int64), numel[n], first_chunk[n + 1].
-struct Table {
-  const int64_t* ptr;
-  const int64_t* numel;
-  const int64_t* first_chunk;
-  int n;
-};
-
-// The tensor holding global chunk c: the last t with first_chunk[t] <= c.
-__device__ inline int tensor_of(const Table& tab, int64_t c) {
-  int lo = 0, hi = tab.n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tab.first_chunk[mid] <= c) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-__device__ inline float* tensor_data(const Table& tab, int t) {
-  return reinterpret_cast<float*>(static_cast<uintptr_t>(tab.ptr[t]));
-}
+using Table = TensorTable<1>;
 
 // max(a, b) that keeps a NaN (fmaxf drops one): the norm of a NaN gradient is NaN, as in PyTorch.
 __device__ inline float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
@@ -75,7 +51,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc = 0.0f;
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const int t = tensor_of(tab, c);
-    const float* x = tensor_data(tab, t);
+    const float* x = tensor_data(tab, 0, t);
     const int64_t begin = (c - tab.first_chunk[t]) * kChunk;
     const int64_t end = begin + kChunk < tab.numel[t] ? begin + kChunk : tab.numel[t];
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -120,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
   const float s = coef > 1.0f ? 1.0f : coef;  // NaN fails the test and stays
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const int t = tensor_of(tab, c);
-    float* x = tensor_data(tab, t);
+    float* x = tensor_data(tab, 0, t);
     const int64_t begin = (c - tab.first_chunk[t]) * kChunk;
     const int64_t end = begin + kChunk < tab.numel[t] ? begin + kChunk : tab.numel[t];
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= s;
@@ -128,26 +104,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- host helpers ----
-
-// The table of `tensors` on the device (kept alive by `storage`), and the number of chunks.
-Table upload_table(const CudaBackend& be, const std::vector<Tensor>& tensors, Tensor& storage, int64_t& chunks) {
-  const int64_t n = static_cast<int64_t>(tensors.size());
-  Tensor host = empty(Shape{3 * n + 1}, TensorOptions(DType::Int64, Device::cpu()));  // [ptr n][numel n][first_chunk n+1]
-  int64_t* h = host.data<int64_t>();
-  chunks = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    h[t] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(tensors[static_cast<size_t>(t)].raw_data()));
-    h[n + t] = tensors[static_cast<size_t>(t)].numel();
-    h[2 * n + t] = chunks;
-    chunks += ceil_div(h[n + t], kChunk);
-  }
-  h[3 * n] = chunks;
-  storage = empty(host.shape(), TensorOptions(DType::Int64, be.device()));
-  MINIDL_CUDA_CHECK(cudaMemcpyAsync(storage.raw_data(), host.raw_data(), static_cast<size_t>(3 * n + 1) * sizeof(int64_t),
-                                    cudaMemcpyHostToDevice, be.stream()));
-  const int64_t* d = storage.data<int64_t>();
-  return Table{d, d + n, d + 2 * n, static_cast<int>(n)};
-}
 
 bool all_contiguous_float32(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors)
@@ -165,7 +121,7 @@ void CudaBackend::multi_tensor_norm(const std::vector<Tensor>& tensors, double p
   DeviceGuard guard(device_index());
   Tensor table_storage;
   int64_t chunks = 0;
-  const Table tab = upload_table(*this, tensors, table_storage, chunks);
+  const Table tab = upload_tensor_table<1>(*this, {&tensors}, kChunk, table_storage, chunks);
   const NormKind kind = std::isinf(p) ? NormKind::Max : p == 1.0 ? NormKind::One : p == 2.0 ? NormKind::Two : NormKind::Pow;
   const unsigned blocks = grid_for(chunks, 1, multiprocessor_count(), 4);
   // partial [blocks] floats and the ticket word, one allocation; the ticket starts at 0.
@@ -183,7 +139,7 @@ void CudaBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Te
   DeviceGuard guard(device_index());
   Tensor table_storage;
   int64_t chunks = 0;
-  const Table tab = upload_table(*this, tensors, table_storage, chunks);
+  const Table tab = upload_tensor_table<1>(*this, {&tensors}, kChunk, table_storage, chunks);
   if (chunks == 0) return;
   const unsigned blocks = grid_for(chunks, 1, multiprocessor_count(), 8);
   MINIDL_LAUNCH(multi_tensor_clip_kernel, blocks, kThreads, 0, stream(), tab, chunks, total_norm.data<float>(),

@@ -1,15 +1,19 @@
-// Fused optimizer updates on the GPU: one kernel per parameter reads p, g (and the state) once
-// and writes them back once — the same rules, in the same float32 order, as kernels/cpu/optimizer.cpp:
+// Fused optimizer updates on the GPU: each parameter's p, g (and the state) are read once and
+// written back once — the same rules, in the same float32 order, as kernels/cpu/optimizer.cpp:
 //   SGD:  d = g + wd·p;  buf = first ? d : μ·buf + (1-τ)·d;  d = nesterov ? d + μ·buf : buf;  p -= lr·d
 //   Adam: g (+ wd·p, or AdamW: p *= 1 - lr·wd);  m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²;
 //         p -= (lr / (1-β1^t)) · m / (sqrt(v) / sqrt(1-β2^t) + eps)
 // The step-dependent scalars are computed once on the host in double. One thread per element,
 // grid-stride; memory-bound, so no vectorisation tricks beyond coalesced access.
+// sgd_step_many / adam_step_many: the same element updates over every parameter of a list in
+// one launch, walking the chunks of the tensor table (kernels/cuda/tensor_table.cuh) — the
+// optimizer's step is then one launch per group, device and dtype instead of one per parameter.
 #include <cmath>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/tensor_table.cuh"
 
 namespace minidl::cuda {
 
@@ -28,36 +32,105 @@ struct AdamScalars {
   bool decoupled;
 };
 
+constexpr int64_t kChunk = 4096;  // elements per chunk of the multi-tensor updates: 16 per thread
+
+// ---- the element updates, shared by the single and the multi-tensor kernels ----
+
+__device__ inline void sgd_element(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf,
+                                   int64_t i, const SgdScalars& s) {
+  const float pi = p[i];
+  float d = g[i] + s.wd * pi;
+  if (s.use_momentum) {
+    const float b = s.first_step ? d : s.mu * buf[i] + s.damp * d;
+    buf[i] = b;
+    d = s.nesterov ? d + s.mu * b : b;
+  }
+  p[i] = pi - s.lr * d;
+}
+
+__device__ inline void adam_element(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                                    float* __restrict__ v, int64_t i, const AdamScalars& s) {
+  float pi = p[i], gi = g[i];
+  if (s.decoupled) pi *= s.decay;
+  else gi += s.wd * pi;
+  const float mi = s.b1 * m[i] + s.one_minus_b1 * gi;
+  const float vi = s.b2 * v[i] + s.one_minus_b2 * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  p[i] = pi - s.step_size * mi / (sqrtf(vi) / s.bc2_sqrt + s.eps);
+}
+
 // ---- kernels ----
 
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf, int64_t n,
                            SgdScalars s) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float pi = p[i];
-    float d = g[i] + s.wd * pi;
-    if (s.use_momentum) {
-      const float b = s.first_step ? d : s.mu * buf[i] + s.damp * d;
-      buf[i] = b;
-      d = s.nesterov ? d + s.mu * b : b;
-    }
-    p[i] = pi - s.lr * d;
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    sgd_element(p, g, buf, i, s);
 }
 
 __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                             float* __restrict__ v, int64_t n, AdamScalars s) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float pi = p[i], gi = g[i];
-    if (s.decoupled) pi *= s.decay;
-    else gi += s.wd * pi;
-    const float mi = s.b1 * m[i] + s.one_minus_b1 * gi;
-    const float vi = s.b2 * v[i] + s.one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - s.step_size * mi / (sqrtf(vi) / s.bc2_sqrt + s.eps);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    adam_element(p, g, m, v, i, s);
+}
+
+// Lists: 0 parameters, 1 gradients, 2 momentum buffers (null without momentum).
+__global__ void __launch_bounds__(kThreads) sgd_many_kernel(TensorTable<3> tab, int64_t chunks, SgdScalars s) {
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int t = tensor_of(tab, c);
+    float* p = tensor_data(tab, 0, t);
+    const float* g = tensor_data(tab, 1, t);
+    float* buf = tensor_data(tab, 2, t);
+    const int64_t begin = (c - tab.first_chunk[t]) * kChunk;
+    const int64_t end = begin + kChunk < tab.numel[t] ? begin + kChunk : tab.numel[t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sgd_element(p, g, buf, i, s);
   }
+}
+
+// Lists: 0 parameters, 1 gradients, 2 exp_avg, 3 exp_avg_sq.
+__global__ void __launch_bounds__(kThreads) adam_many_kernel(TensorTable<4> tab, int64_t chunks, AdamScalars s) {
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int t = tensor_of(tab, c);
+    float* p = tensor_data(tab, 0, t);
+    const float* g = tensor_data(tab, 1, t);
+    float* m = tensor_data(tab, 2, t);
+    float* v = tensor_data(tab, 3, t);
+    const int64_t begin = (c - tab.first_chunk[t]) * kChunk;
+    const int64_t end = begin + kChunk < tab.numel[t] ? begin + kChunk : tab.numel[t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) adam_element(p, g, m, v, i, s);
+  }
+}
+
+SgdScalars sgd_scalars(const SGDConfig& cfg, bool has_buffers) {
+  return SgdScalars{static_cast<float>(cfg.lr),
+                    static_cast<float>(cfg.momentum),
+                    static_cast<float>(cfg.weight_decay),
+                    static_cast<float>(1.0 - cfg.dampening),
+                    cfg.momentum != 0.0 && has_buffers,
+                    cfg.first_step,
+                    cfg.nesterov};
+}
+
+AdamScalars adam_scalars(const AdamConfig& cfg) {
+  const double t = static_cast<double>(cfg.step);
+  return AdamScalars{static_cast<float>(cfg.beta1),
+                     static_cast<float>(1.0 - cfg.beta1),
+                     static_cast<float>(cfg.beta2),
+                     static_cast<float>(1.0 - cfg.beta2),
+                     static_cast<float>(cfg.lr / (1.0 - std::pow(cfg.beta1, t))),
+                     static_cast<float>(std::sqrt(1.0 - std::pow(cfg.beta2, t))),
+                     static_cast<float>(cfg.eps),
+                     static_cast<float>(cfg.weight_decay),
+                     static_cast<float>(1.0 - cfg.lr * cfg.weight_decay),
+                     cfg.decoupled_weight_decay};
+}
+
+bool all_float32_contiguous(const std::vector<Tensor>& list) {
+  for (const Tensor& t : list)
+    if (t.dtype() != DType::Float32 || !t.is_contiguous()) return false;
+  return true;
 }
 
 }  // namespace
@@ -72,15 +145,8 @@ void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_b
   if (n == 0) return;
   DeviceGuard guard(device_);
   float* buf = momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr;
-  const SgdScalars s{static_cast<float>(cfg.lr),
-                     static_cast<float>(cfg.momentum),
-                     static_cast<float>(cfg.weight_decay),
-                     static_cast<float>(1.0 - cfg.dampening),
-                     cfg.momentum != 0.0 && buf != nullptr,
-                     cfg.first_step,
-                     cfg.nesterov};
   MINIDL_LAUNCH(sgd_kernel, grid_for(n, kThreads, sm_count_), kThreads, 0, stream_, param.data<float>(),
-                grad.data<float>(), buf, n, s);
+                grad.data<float>(), buf, n, sgd_scalars(cfg, buf != nullptr));
 }
 
 void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
@@ -90,19 +156,42 @@ void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
-  const double t = static_cast<double>(cfg.step);
-  const AdamScalars s{static_cast<float>(cfg.beta1),
-                      static_cast<float>(1.0 - cfg.beta1),
-                      static_cast<float>(cfg.beta2),
-                      static_cast<float>(1.0 - cfg.beta2),
-                      static_cast<float>(cfg.lr / (1.0 - std::pow(cfg.beta1, t))),
-                      static_cast<float>(std::sqrt(1.0 - std::pow(cfg.beta2, t))),
-                      static_cast<float>(cfg.eps),
-                      static_cast<float>(cfg.weight_decay),
-                      static_cast<float>(1.0 - cfg.lr * cfg.weight_decay),
-                      cfg.decoupled_weight_decay};
   MINIDL_LAUNCH(adam_kernel, grid_for(n, kThreads, sm_count_), kThreads, 0, stream_, param.data<float>(),
-                grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(), n, s);
+                grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(), n, adam_scalars(cfg));
+}
+
+void CudaBackend::sgd_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                std::vector<Tensor>& momentum_buffers, const SGDConfig& cfg) {
+  const bool has_buffers = !momentum_buffers.empty() && momentum_buffers[0].defined();
+  MINIDL_INTERNAL_ASSERT(grads.size() == params.size() && momentum_buffers.size() == params.size() &&
+                         all_float32_contiguous(params) && all_float32_contiguous(grads) &&
+                         (!has_buffers || all_float32_contiguous(momentum_buffers)));
+  if (params.empty()) return;
+  DeviceGuard guard(device_);
+  Tensor table_storage;
+  int64_t chunks = 0;
+  const TensorTable<3> tab =
+      upload_tensor_table<3>(*this, {&params, &grads, &momentum_buffers}, kChunk, table_storage, chunks);
+  if (chunks == 0) return;
+  MINIDL_LAUNCH(sgd_many_kernel, grid_for(chunks, 1, sm_count_, 8), kThreads, 0, stream_, tab, chunks,
+                sgd_scalars(cfg, has_buffers));
+}
+
+void CudaBackend::adam_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                 std::vector<Tensor>& exp_avgs, std::vector<Tensor>& exp_avg_sqs, const AdamConfig& cfg) {
+  MINIDL_INTERNAL_ASSERT(grads.size() == params.size() && exp_avgs.size() == params.size() &&
+                         exp_avg_sqs.size() == params.size() && all_float32_contiguous(params) &&
+                         all_float32_contiguous(grads) && all_float32_contiguous(exp_avgs) &&
+                         all_float32_contiguous(exp_avg_sqs));
+  if (params.empty()) return;
+  DeviceGuard guard(device_);
+  Tensor table_storage;
+  int64_t chunks = 0;
+  const TensorTable<4> tab =
+      upload_tensor_table<4>(*this, {&params, &grads, &exp_avgs, &exp_avg_sqs}, kChunk, table_storage, chunks);
+  if (chunks == 0) return;
+  MINIDL_LAUNCH(adam_many_kernel, grid_for(chunks, 1, sm_count_, 8), kThreads, 0, stream_, tab, chunks,
+                adam_scalars(cfg));
 }
 
 }  // namespace minidl::cuda

@@ -1,6 +1,12 @@
-// The fused SGD and Adam/AdamW updates on the device against the CPU's, over several steps.
+// The fused SGD and Adam/AdamW updates on the device against the CPU's, over several steps, one
+// parameter at a time and as lists in one launch (counted by the profiler).
 #include "cuda_test_util.h"
 
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/profiler.h"
 #include "optim/optim.h"
 
 using namespace minidl;
@@ -57,5 +63,49 @@ TEST_CASE("Adam and AdamW on the device match the CPU", "[cuda][optim]") {
     check_close(adamw_gpu, adamw_cpu, 1e-6, 1e-5, "adamw");
     // p0 itself is untouched by either run: the CPU run updated a copy.
     CHECK(p0.to_vector<float>() == random_cpu({n}, 2).to_vector<float>());
+  }
+}
+
+TEST_CASE("SGD and Adam update all parameters in one launch per list, as the CPU does one by one",
+          "[cuda][optim][profiler]") {
+  // Sizes around the multi-tensor kernels' 4096-element chunks, and one parameter that skips a
+  // step (no gradient), so Adam's step counts differ and it needs two lists (two launches).
+  const std::vector<int64_t> sizes = {1, 31, 4095, 4096, 4097, 10000};
+  std::vector<Tensor> p0;
+  for (size_t i = 0; i < sizes.size(); ++i) p0.push_back(random_cpu({sizes[i]}, 300 + i));
+  auto run = [&](Device device, bool adam, int64_t* last_step_launches) {
+    std::vector<Tensor> params;
+    for (const Tensor& p : p0) params.push_back(p.to(device).clone().detach().requires_grad_());
+    std::unique_ptr<optim::Optimizer> opt;
+    if (adam) opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-2});
+    else opt = std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+    for (int s = 0; s < 4; ++s) {
+      profiler::Profiler prof;
+      if (s == 3) prof.start();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const bool skip = i == 2 && s == 1;  // parameter 2 has no gradient at step 1
+        params[i].set_grad(skip ? Tensor() : random_cpu({sizes[i]}, 400 + 10 * s + i).to(device));
+      }
+      opt->step();
+      if (s == 3) {
+        const profiler::Profile p = prof.stop();
+        for (const profiler::Summary& row : p.key_averages())
+          if (row.kind == profiler::Kind::Optimizer && row.name.find(".step") != std::string::npos)
+            *last_step_launches = row.launches;
+      }
+    }
+    std::vector<Tensor> out;
+    for (const Tensor& p : params) out.push_back(p.detach().to(Device::cpu()));
+    return out;
+  };
+  for (bool adam : {false, true}) {
+    INFO((adam ? "AdamW" : "SGD nesterov"));
+    int64_t gpu_launches = -1, cpu_launches = -1;
+    const std::vector<Tensor> on_gpu = run(kGpu, adam, &gpu_launches);
+    const std::vector<Tensor> on_cpu = run(Device::cpu(), adam, &cpu_launches);
+    for (size_t i = 0; i < sizes.size(); ++i) check_close(on_gpu[i], on_cpu[i], 1e-6, 1e-5, "parameter " + std::to_string(i));
+    // SGD: all six in one list. AdamW: parameter 2 is a step behind the others, a list of its own.
+    CHECK(gpu_launches == (adam ? 2 : 1));
+    CHECK(cpu_launches == 0);
   }
 }
