@@ -120,12 +120,31 @@ inline int __all_sync(unsigned mask, int predicate) {
 }
 
 // ---- atomics: relaxed, as CUDA's are; real host atomics, since blocks run on several host threads ----
+// Under ThreadSanitizer they are acquire-release instead. The CUDA idiom "write, __threadfence(),
+// atomicAdd a ticket; the block that draws the last ticket reads every block's writes" is correct
+// (fence-to-fence synchronisation through the relaxed atomic), but TSan does not model standalone
+// fences and would report it as a race. Carried by the atomic itself, the same ordering is one TSan
+// follows. On x86 a read-modify-write is the same locked instruction for either order.
 namespace cudasim {
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kTsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kTsan = true;
+#else
+inline constexpr bool kTsan = false;
+#endif
+#else
+inline constexpr bool kTsan = false;
+#endif
+inline constexpr std::memory_order kAtomicOrder = kTsan ? std::memory_order_acq_rel : std::memory_order_relaxed;
+inline constexpr std::memory_order kAtomicLoadOrder = kTsan ? std::memory_order_acquire : std::memory_order_relaxed;
+
 template <class T, class F>
 inline T atomic_update(T* address, F f) {  // read-modify-write by compare-and-swap; returns the old value
   std::atomic_ref<T> ref(*address);
-  T old = ref.load(std::memory_order_relaxed);
-  while (!ref.compare_exchange_weak(old, f(old), std::memory_order_relaxed)) {
+  T old = ref.load(kAtomicLoadOrder);
+  while (!ref.compare_exchange_weak(old, f(old), kAtomicOrder, kAtomicLoadOrder)) {
   }
   return old;
 }
@@ -134,15 +153,15 @@ inline T atomic_update(T* address, F f) {  // read-modify-write by compare-and-s
 template <class T>
 inline T atomicAdd(T* address, T v) {
   if constexpr (std::is_floating_point_v<T>) return cudasim::atomic_update(address, [v](T x) { return x + v; });
-  else return std::atomic_ref<T>(*address).fetch_add(v, std::memory_order_relaxed);
+  else return std::atomic_ref<T>(*address).fetch_add(v, cudasim::kAtomicOrder);
 }
 template <class T>
 inline T atomicSub(T* address, T v) {
-  return std::atomic_ref<T>(*address).fetch_sub(v, std::memory_order_relaxed);
+  return std::atomic_ref<T>(*address).fetch_sub(v, cudasim::kAtomicOrder);
 }
 template <class T>
 inline T atomicExch(T* address, T v) {
-  return std::atomic_ref<T>(*address).exchange(v, std::memory_order_relaxed);
+  return std::atomic_ref<T>(*address).exchange(v, cudasim::kAtomicOrder);
 }
 template <class T>
 inline T atomicMin(T* address, T v) {
@@ -154,20 +173,20 @@ inline T atomicMax(T* address, T v) {
 }
 template <class T>
 inline T atomicCAS(T* address, T compare, T v) {
-  std::atomic_ref<T>(*address).compare_exchange_strong(compare, v, std::memory_order_relaxed);
+  std::atomic_ref<T>(*address).compare_exchange_strong(compare, v, cudasim::kAtomicOrder, cudasim::kAtomicLoadOrder);
   return compare;  // the old value, whether or not it was replaced
 }
 template <class T>
 inline T atomicAnd(T* address, T v) {
-  return std::atomic_ref<T>(*address).fetch_and(v, std::memory_order_relaxed);
+  return std::atomic_ref<T>(*address).fetch_and(v, cudasim::kAtomicOrder);
 }
 template <class T>
 inline T atomicOr(T* address, T v) {
-  return std::atomic_ref<T>(*address).fetch_or(v, std::memory_order_relaxed);
+  return std::atomic_ref<T>(*address).fetch_or(v, cudasim::kAtomicOrder);
 }
 template <class T>
 inline T atomicXor(T* address, T v) {
-  return std::atomic_ref<T>(*address).fetch_xor(v, std::memory_order_relaxed);
+  return std::atomic_ref<T>(*address).fetch_xor(v, cudasim::kAtomicOrder);
 }
 
 // ---- loads and math intrinsics, with CUDA's meaning (the fast-math ones at full accuracy,
