@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -53,8 +54,10 @@ struct ThreadBuffer {
   std::mutex mutex;
   int thread = 0;
   bool closed = false;             // stop() has collected it
-  std::vector<Event> events;
-  std::vector<Stamps> stamps;      // parallel to events
+  // Deques, not vectors: a recording of thousands of steps grows to hundreds of thousands of
+  // events, and a vector's regrowth would copy them all (and fault in fresh pages) mid-step.
+  std::deque<Event> events;
+  std::deque<Stamps> stamps;       // parallel to events
   std::vector<int64_t> open;       // indices of the ranges open on this thread, innermost last
   int64_t bytes = 0, launches = 0;  // running counters
 };
@@ -476,6 +479,7 @@ std::string Profile::table(size_t max_rows) const {
     all_launches += s.launches;
     any_device = any_device || s.device_calls > 0;
   }
+  const bool any_launch = all_launches > 0;  // the columns of a device: hidden for a CPU-only recording
   size_t name_width = 4;
   const size_t shown = max_rows == 0 ? rows.size() : std::min(rows.size(), max_rows);
   for (size_t i = 0; i < shown; ++i) name_width = std::max(name_width, std::min<size_t>(rows[i].name.size(), 44));
@@ -492,9 +496,10 @@ std::string Profile::table(size_t max_rows) const {
     cell("Device", 12);
     cell("Dev mean", 11);
   }
-  cell("Launches", 9);
+  if (any_launch) cell("Launches", 9);
   cell("Self alloc", 12);
-  os << '\n' << std::string(name_width + 11 + 7 + 12 + 8 + 12 + 11 + (any_device ? 23 : 0) + 9 + 12, '-') << '\n';
+  os << '\n' << std::string(name_width + 11 + 7 + 12 + 8 + 12 + 11 + (any_device ? 23 : 0) + (any_launch ? 9 : 0) + 12, '-')
+     << '\n';
   for (size_t i = 0; i < shown; ++i) {
     const Summary& s = rows[i];
     std::string name = s.name.size() > 44 ? s.name.substr(0, 41) + "..." : s.name;
@@ -511,16 +516,17 @@ std::string Profile::table(size_t max_rows) const {
       cell(s.device_calls ? format_ns(s.device_ns) : "-", 12);
       cell(s.device_calls ? format_ns(s.device_ns / s.device_calls) : "-", 11);
     }
-    cell(std::to_string(s.launches), 9);
+    if (any_launch) cell(std::to_string(s.launches), 9);
     cell(format_bytes(s.self_bytes), 12);
     os << '\n';
   }
   if (shown < rows.size()) os << "... " << rows.size() - shown << " more rows\n";
-  os << "Wall time " << format_ns(wall_ns_) << ", self time in ranges " << format_ns(all_self) << ", " << all_launches
-     << " launches";
-  if (steps_ > 0)
-    os << "; over " << steps_ << " steps: " << format_ns(wall_ns_ / steps_) << " and " << all_launches / steps_
-       << (all_launches % steps_ ? "+" : "") << " launches per step";
+  os << "Wall time " << format_ns(wall_ns_) << ", self time in ranges " << format_ns(all_self);
+  if (any_launch) os << ", " << all_launches << " launches";
+  if (steps_ > 0) {
+    os << "; over " << steps_ << " steps: " << format_ns(wall_ns_ / steps_) << " per step";
+    if (any_launch) os << " and " << all_launches / steps_ << (all_launches % steps_ ? "+" : "") << " launches per step";
+  }
   os << '\n';
   return os.str();
 }

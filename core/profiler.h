@@ -117,8 +117,8 @@ class Profile {
   // Rows by name and kind, the most self host time first (ties: by name).
   std::vector<Summary> key_averages() const;
   // key_averages() as text, at most `rows` rows (0: all): name, kind, calls, self and total
-  // host time, self as a % of all self time, mean per call, device time, launches, bytes; then
-  // the wall time, and per step when steps were marked.
+  // host time, self as a % of all self time, mean per call, device time and launches (when
+  // there are any), bytes; then the wall time, and per step when steps were marked.
   std::string table(size_t rows = 0) const;
   // The trace-event JSON object ({"traceEvents": [...]}): complete ("X") events on a track per
   // host thread (pid 1) and per device stream (pid 2 + device index), timestamps in µs, and
