@@ -374,9 +374,14 @@ void invalidate_captures(bool only_this_thread) {
     if (!only_this_thread || c->thread == std::this_thread::get_id()) c->invalidated = true;
 }
 
+// This thread's capture interaction mode (cudaThreadExchangeStreamCaptureMode); global by default.
+thread_local cudaStreamCaptureMode tl_capture_mode = cudaStreamCaptureModeGlobal;
+
 // Whether a call that cannot be captured (a synchronisation, an allocation, the legacy
-// stream) is prohibited now: this thread captures, or another thread captures in global mode.
+// stream) is prohibited now: this thread captures, or another thread captures in global mode;
+// never for a thread that has made itself relaxed.
 bool capture_prohibits() {
+  if (tl_capture_mode == cudaStreamCaptureModeRelaxed) return false;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (auto& c : r.captures) {
@@ -1170,6 +1175,14 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
   std::shared_ptr<Capture> c = capture_of(s);
   *status = c == nullptr ? cudaStreamCaptureStatusNone
                          : (c->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive);
+  return cudaSuccess;
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  using namespace cudasim;
+  if (mode == nullptr || *mode < cudaStreamCaptureModeGlobal || *mode > cudaStreamCaptureModeRelaxed)
+    return fail(cudaErrorInvalidValue);
+  std::swap(*mode, tl_capture_mode);
   return cudaSuccess;
 }
 

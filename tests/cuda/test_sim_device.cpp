@@ -1158,6 +1158,28 @@ TEST_CASE("sim: stream capture records kernels into a graph that replays them, a
     }
     CHECK(x.read() == std::vector<int>(n, 1));  // nothing captured ran
   }
+
+  SECTION("a thread made relaxed may allocate during capture, and the capture stays valid") {
+    REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal) == cudaSuccess);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    REQUIRE(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(mode == cudaStreamCaptureModeGlobal);  // the thread's mode before
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 256) == cudaSuccess);
+    CHECK(p != nullptr);
+    REQUIRE(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
+    CHECK(mode == cudaStreamCaptureModeRelaxed);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CHECK(cudaStreamIsCapturing(s.get(), &status) == cudaSuccess);
+    CHECK(status == cudaStreamCaptureStatusActive);
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamEndCapture(s.get(), &graph) == cudaSuccess);
+    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+    CHECK(cudaFree(p) == cudaSuccess);
+    cudaStreamCaptureMode bad = static_cast<cudaStreamCaptureMode>(7);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&bad) == cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+  }
 }
 
 // ---- 11. devices ----
