@@ -34,21 +34,37 @@ CachingAllocator::~CachingAllocator() {
     free_blocks_[p.size].push_back(p.ptr);
   }
   pending_blocks_.clear();
+  for (auto& [id, pool] : pools_)
+    for (auto& [size, blocks] : pool.free_blocks) free_blocks_[size].insert(free_blocks_[size].end(), blocks.begin(), blocks.end());
+  pools_.clear();
   release_cached_locked();
 }
 
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = size_class(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  void* p = allocate_locked(size, bytes);
-  live_blocks_[p] = LiveBlock{size, {}};
+  void* p = nullptr;
+  if (active_pool_ != 0) {  // Note [graph pools]: the pool's own free block first
+    Pool& pool = pools_.at(active_pool_);
+    auto it = pool.free_blocks.find(size);
+    if (it != pool.free_blocks.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      pool.free_bytes -= static_cast<int64_t>(size);
+      ++stats_.cache_hits;
+    }
+  }
+  if (p == nullptr) p = allocate_locked(size, bytes);
+  live_blocks_[p] = LiveBlock{size, {}, active_pool_};
+  if (active_pool_ != 0) pools_.at(active_pool_).live_bytes += static_cast<int64_t>(size);
   stats_.allocated_bytes += static_cast<int64_t>(size);
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   return p;
 }
 
 void* CachingAllocator::allocate_locked(size_t size, size_t requested) {
-  if (!pending_blocks_.empty()) collect_pending_locked();
+  const bool capturing = active_pool_ != 0;  // no event queries, no cudaFree: see Note [graph pools]
+  if (!pending_blocks_.empty() && !capturing) collect_pending_locked();
   auto it = free_blocks_.find(size);
   if (it != free_blocks_.end() && !it->second.empty()) {
     void* p = it->second.back();
@@ -59,7 +75,7 @@ void* CachingAllocator::allocate_locked(size_t size, size_t requested) {
   }
   void* p = source_->try_allocate(size);
   bool flushed = false;
-  if (p == nullptr) {
+  if (p == nullptr && !capturing) {
     // Out of memory: give every free cached block back to the device (pending ones whose
     // streams are done included) and retry once. Blocks other streams still use stay.
     collect_pending_locked();
@@ -77,7 +93,9 @@ void* CachingAllocator::allocate_locked(size_t size, size_t requested) {
         "out of memory on ", source_->device(), ": tried to allocate ", requested, " bytes (", mib(size),
         " with rounding); the device has ", mib(static_cast<int64_t>(free_bytes)), " free of ",
         mib(static_cast<int64_t>(total_bytes)), "; ", describe_locked(),
-        flushed ? " (the cache was emptied and the allocation retried)" : " (nothing was cached to free)"));
+        capturing ? " (during a graph capture, which cannot empty the cache)"
+        : flushed ? " (the cache was emptied and the allocation retried)"
+                  : " (nothing was cached to free)"));
   }
   ++stats_.device_allocations;
   stats_.reserved_bytes += static_cast<int64_t>(size);
@@ -91,6 +109,15 @@ void CachingAllocator::deallocate(void* ptr, size_t) noexcept {
   const LiveBlock block = std::move(it->second);
   live_blocks_.erase(it);
   stats_.allocated_bytes -= static_cast<int64_t>(block.size);
+  if (block.pool != 0) {
+    auto pool = pools_.find(block.pool);
+    if (pool != pools_.end()) {  // the pool's graph lives: the block stays the pool's
+      pool->second.live_bytes -= static_cast<int64_t>(block.size);
+      pool->second.free_bytes += static_cast<int64_t>(block.size);
+      pool->second.free_blocks[block.size].push_back(ptr);
+      return;
+    }
+  }
   if (!block.extra_streams.empty()) {
     PendingBlock pending{ptr, block.size, {}};
     try {
@@ -139,6 +166,52 @@ void CachingAllocator::release_cached_locked() {
   }
   free_blocks_.clear();
   cached_bytes_ = 0;
+}
+
+CachingAllocator::PoolId CachingAllocator::new_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const PoolId id = next_pool_++;
+  pools_.emplace(id, Pool{});
+  return id;
+}
+
+void CachingAllocator::begin_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MINIDL_CHECK(pools_.count(pool) != 0, "CachingAllocator::begin_pool: pool ", pool, " of ", source_->device(),
+               " does not exist (released, or never made by new_pool)");
+  MINIDL_CHECK(active_pool_ == 0, "CachingAllocator::begin_pool: pool ", active_pool_, " of ", source_->device(),
+               " is already active; one capture at a time per device");
+  active_pool_ = pool;
+}
+
+void CachingAllocator::end_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  active_pool_ = 0;
+}
+
+void CachingAllocator::release_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pools_.find(pool);
+  if (it == pools_.end()) return;
+  if (active_pool_ == pool) active_pool_ = 0;
+  for (auto& [size, blocks] : it->second.free_blocks) {
+    auto& shared = free_blocks_[size];
+    shared.insert(shared.end(), blocks.begin(), blocks.end());
+    cached_bytes_ += static_cast<int64_t>(size * blocks.size());
+  }
+  pools_.erase(it);  // its live blocks go to the shared cache when they are freed
+}
+
+int64_t CachingAllocator::pool_live_bytes(PoolId pool) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pools_.find(pool);
+  return it == pools_.end() ? 0 : it->second.live_bytes;
+}
+
+int64_t CachingAllocator::pool_free_bytes(PoolId pool) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pools_.find(pool);
+  return it == pools_.end() ? 0 : it->second.free_bytes;
 }
 
 std::string CachingAllocator::describe_locked() const {

@@ -17,6 +17,18 @@
 // is queued behind the earlier ones. A block that another stream also used (for example the
 // communication stream of parallel/) is marked with record_stream(); when it is freed an event
 // is recorded on that stream, and the block is reused only after the event has completed.
+//
+// Note [graph pools]: a CUDA graph replays its kernels on the addresses they were captured
+// with, so every block a capture allocates must stay the graph's while the graph lives, even
+// after the tensor that held it is freed: an eager op handed that block would be overwritten by
+// the next replay. So while a pool is active (begin_pool .. end_pool, around a capture) every
+// allocation becomes the pool's — a cached block of the right class, or a fresh one — and a
+// pool's block freed at any time goes back to that pool's own free list, to be reused only by
+// allocations of the same pool (the same capture, or a later capture into that pool, which is
+// what lets several graphs share one pool). release_pool() (the graph is destroyed) gives the
+// pool's free blocks to the shared cache; its blocks still in live tensors join it when freed.
+// A pool's free blocks are reserved, not cached: empty_cache() leaves them alone. During a
+// capture the out-of-memory retry does not empty the cache (cudaFree would wait for the device).
 #pragma once
 
 #include <cstddef>
@@ -64,10 +76,25 @@ class CachingAllocator final : public Allocator {
 
   static size_t size_class(size_t bytes);
 
+  // Note [graph pools]. A pool id is never 0 (the shared cache); new_pool() hands out fresh ones.
+  using PoolId = uint64_t;
+  PoolId new_pool();
+  void begin_pool(PoolId pool);  // every allocation goes to `pool` until end_pool()
+  void end_pool();
+  void release_pool(PoolId pool);
+  // Blocks of `pool`: in live tensors, and free in its list.
+  int64_t pool_live_bytes(PoolId pool) const;
+  int64_t pool_free_bytes(PoolId pool) const;
+
  private:
   struct LiveBlock {
     size_t size = 0;                 // its size class
     std::vector<void*> extra_streams;  // streams besides the compute stream that used it
+    PoolId pool = 0;                 // 0: the shared cache
+  };
+  struct Pool {
+    std::map<size_t, std::vector<void*>> free_blocks;
+    int64_t live_bytes = 0, free_bytes = 0;
   };
   struct PendingBlock {
     void* ptr = nullptr;
@@ -85,6 +112,9 @@ class CachingAllocator final : public Allocator {
   std::map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
   std::unordered_map<void*, LiveBlock> live_blocks_;
   std::vector<PendingBlock> pending_blocks_;
+  std::map<PoolId, Pool> pools_;     // pools not yet released
+  PoolId active_pool_ = 0;
+  PoolId next_pool_ = 1;
   MemoryStats stats_;
   int64_t cached_bytes_ = 0;
 };

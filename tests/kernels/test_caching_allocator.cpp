@@ -185,3 +185,55 @@ TEST_CASE("every allocation is distinct, even of zero bytes", "[kernels][allocat
   for (void* p : live) f.allocator.deallocate(p, 0);
   CHECK(f.allocator.stats().allocated_bytes == 0);
 }
+
+TEST_CASE("a graph pool keeps its blocks from the shared cache until it is released", "[kernels][allocator]") {
+  // Note [graph pools]: what a capture allocated must never be handed to an eager allocation
+  // while the graph lives, even after the tensor holding it was freed.
+  Fixture f(1 << 20);
+  CachingAllocator& a = f.allocator;
+  void* shared_free = a.allocate(1000);
+  a.deallocate(shared_free, 1000);  // a cached block of the 1024 class, from before the capture
+
+  const CachingAllocator::PoolId pool = a.new_pool();
+  CHECK(pool != 0);
+  a.begin_pool(pool);
+  void* p1 = a.allocate(1000);  // takes the shared cached block: it becomes the pool's
+  CHECK(p1 == shared_free);
+  void* p2 = a.allocate(1000);  // a fresh one
+  CHECK(p2 != p1);
+  CHECK(f.device->mallocs == 2);
+  a.deallocate(p1, 1000);       // freed during the capture: back to the pool
+  void* p3 = a.allocate(1000);  // reused within the pool
+  CHECK(p3 == p1);
+  CHECK_THROWS_WITH(a.begin_pool(pool), Catch::Contains("already active"));
+  a.end_pool();
+  CHECK(a.pool_live_bytes(pool) == 2048);
+
+  a.deallocate(p3, 1000);  // freed after the capture: still the pool's
+  CHECK(a.pool_free_bytes(pool) == 1024);
+  void* eager = a.allocate(1000);  // an eager allocation cannot get it
+  CHECK(eager != p3);
+  CHECK(eager != p2);
+  CHECK(f.device->mallocs == 3);
+  a.empty_cache();  // leaves the pool's free block alone
+  CHECK(f.device->blocks.count(p3) == 1);
+
+  a.begin_pool(pool);  // a second capture into the same pool reuses its free block
+  void* again = a.allocate(1000);
+  CHECK(again == p3);
+  a.end_pool();
+  a.deallocate(again, 1000);
+
+  a.release_pool(pool);  // the graph is gone: the free block joins the shared cache ...
+  CHECK(a.pool_free_bytes(pool) == 0);
+  void* after = a.allocate(1000);
+  CHECK(after == p3);
+  a.deallocate(p2, 1000);  // ... and a block still live then joins it when freed
+  void* after2 = a.allocate(1000);
+  CHECK(after2 == p2);
+  CHECK_THROWS_WITH(a.begin_pool(pool), Catch::Contains("does not exist"));
+  a.deallocate(after, 1000);
+  a.deallocate(after2, 1000);
+  a.deallocate(eager, 1000);
+  CHECK(a.stats().allocated_bytes == 0);
+}
