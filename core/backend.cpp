@@ -1,6 +1,7 @@
 // The op layer's one question to a backend (core/backend.h): does it compute in this dtype?
 // A "no" becomes the user-facing error here, so no backend has to re-check dtypes itself.
-// Also the scope guard over Backend::make_current / restore_current.
+// Also the scope guard over Backend::make_current / restore_current, and the default answer to
+// a graph capture (no graphs where ops run synchronously).
 #include "core/backend.h"
 
 #include <string>
@@ -20,6 +21,16 @@ void check_backend_computes(const Tensor& t, const char* op, const char* arg) {
                                    t.device(), ", but ", t.device(), " computes in ", supported,
                                    " only; convert it with .to(dtype) or move it to a device that computes in ",
                                    t.dtype()));
+}
+
+// The default: a backend that runs each op as it is called (the CPU) has nothing to capture.
+void Backend::begin_capture() {
+  throw Error("graph capture: this device runs every op synchronously as it is called, so there is no queue of "
+              "work to record; CUDA graphs need a CUDA device");
+}
+
+std::unique_ptr<CapturedGraph> Backend::end_capture() {
+  throw Error("graph capture: end_capture without a capture under way on this device");
 }
 
 CurrentDeviceGuard::CurrentDeviceGuard(Device device) : backend_(&backend_for(device)) {

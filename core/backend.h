@@ -76,6 +76,18 @@ struct AdamConfig {
 };
 
 // What a device's caching allocator holds (CUDA); see core/memory.h for the public calls.
+// A graph of one device's captured work (Backend::end_capture), replayed as a whole: the public
+// face is minidl::CUDAGraph (core/cuda_graph.h).
+class CapturedGraph {
+ public:
+  virtual ~CapturedGraph() = default;
+  // Queues every captured kernel, copy and fill on the device's stream, in capture order, as one
+  // launch; returns without waiting, like the ops.
+  virtual void replay() = 0;
+  // The graph's nodes (kernels, copies and fills).
+  virtual int64_t nodes() const = 0;
+};
+
 struct MemoryStats {
   int64_t allocated_bytes = 0;       // in live tensors (rounded to the allocator's size classes)
   int64_t reserved_bytes = 0;        // obtained from the device: allocated + cached
@@ -227,6 +239,17 @@ class Backend {
   virtual int make_current() { return -1; }
   virtual int make_current_quietly() noexcept { return -1; }
   virtual void restore_current(int previous) noexcept { (void)previous; }
+  // Graph capture (core/cuda_graph.h): between begin_capture and end_capture this device's work
+  // is recorded, not run, and its allocations come from a pool of their own that the graph
+  // keeps (Note [graph pools] in kernels/cuda/caching_allocator.h); what cannot be replayed (a
+  // host wait, a copy from pageable host memory, random numbers from host counters) throws.
+  // abort_capture ends a capture that failed and drops what it recorded. capturing() says
+  // whether one is under way. Where work runs synchronously (the CPU) there are no graphs:
+  // begin_capture throws.
+  virtual void begin_capture();
+  virtual std::unique_ptr<CapturedGraph> end_capture();
+  virtual void abort_capture() noexcept {}
+  virtual bool capturing() const { return false; }
   // Caching-allocator statistics and control; the CPU backend keeps no statistics and says so.
   virtual MemoryStats memory_stats() = 0;
   virtual void empty_cache() = 0;

@@ -342,6 +342,7 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
   MINIDL_INTERNAL_ASSERT(all_float32({&q, &k, &v, &out, &lse}) && all_contiguous({&out, &lse}));
   MINIDL_INTERNAL_ASSERT(q.dim() == 4 && q.shape()[3] <= kMaxHead && v.shape()[3] <= kMaxHead);
   const int64_t BH = q.shape()[0] * q.shape()[1];
+  if (dropout_p > 0) refuse_in_capture("scaled_dot_product_attention with dropout", kRandomInCapture);
   if (BH == 0 || q.shape()[2] == 0) return;
   DeviceGuard guard(device_index());
   const AttentionArgs a = make_args(q, k, v, causal, scale, dropout_p, seed, offset);
@@ -356,6 +357,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
   MINIDL_INTERNAL_ASSERT(all_float32({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv}) &&
                          all_contiguous({&dout, &out, &lse, &dq, &dk, &dv}));
   const int64_t BH = q.shape()[0] * q.shape()[1];
+  if (dropout_p > 0) refuse_in_capture("scaled_dot_product_attention with dropout", kRandomInCapture);
   if (BH == 0 || q.shape()[2] == 0) return;
   DeviceGuard guard(device_index());
   const AttentionArgs a = make_args(q, k, v, causal, scale, dropout_p, seed, offset);

@@ -29,6 +29,7 @@
 // Until then the loss kernels see the bad target and produce NaN for its row (no read out of
 // bounds); the device stays usable. When every slot is in use, check_targets waits (synchronize)
 // before it takes one, so a loop that never waits still reports within kMaxDeferredChecks losses.
+// A loss inside a CUDA graph capture is not checked (graph.cu): its bad rows only read as NaN.
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -254,6 +255,7 @@ std::optional<std::pair<int64_t, int64_t>> CudaBackend::find_invalid_target(cons
                                                                             int64_t num_classes,
                                                                             std::optional<int64_t> ignore_index) {
   MINIDL_INTERNAL_ASSERT(targets.dtype() == DType::Int64 && targets.is_contiguous());
+  refuse_in_capture("the check of a loss's targets", "the host reads its result");
   const int64_t n = targets.numel();
   if (n == 0) return std::nullopt;
   DeviceGuard guard(device_index());
@@ -279,7 +281,9 @@ void CudaBackend::check_targets(const Tensor& targets, int64_t num_classes, Targ
                                 std::optional<int64_t> ignore_index) {
   MINIDL_INTERNAL_ASSERT(targets.dtype() == DType::Int64 && targets.is_contiguous());
   const int64_t n = targets.numel();
-  if (n == 0) return;
+  // Not in a graph capture: a replay would rewrite a slot whose message the host has long
+  // consumed. A captured step's bad target still gives its row a NaN loss.
+  if (n == 0 || capturing()) return;
   DeviceGuard guard(device_index());
   std::unique_lock<std::mutex> lock(deferred_mutex_);
   while (deferred_messages_.size() == static_cast<size_t>(kMaxDeferredChecks)) {

@@ -24,6 +24,7 @@ class CudaMemorySource final : public DeviceMemorySource {
 
   void* try_allocate(size_t bytes) override {
     DeviceGuard guard(device_);
+    RelaxedCaptureMode relaxed;  // Note [graph pools]: a capture allocates too
     void* p = nullptr;
     const cudaError_t status = cudaMalloc(&p, bytes);
     if (status == cudaErrorMemoryAllocation) {
@@ -93,6 +94,7 @@ cublasHandle_t CudaBackend::cublas() {
 }
 
 void CudaBackend::synchronize() {
+  refuse_in_capture("synchronize", "the host would wait for work that is being recorded, not run");
   DeviceGuard guard(device_);
   MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   raise_deferred_errors();
@@ -128,7 +130,10 @@ void CudaBackend::empty_cache() {
 
 void CudaBackend::reset_peak_memory_stats() { allocator_->reset_peak(); }
 
-std::shared_ptr<DeviceTimestamp> CudaBackend::record_timestamp() { return record_timestamp_event(stream_); }
+// None during a graph capture: the event would be recorded into the graph, not on the timeline.
+std::shared_ptr<DeviceTimestamp> CudaBackend::record_timestamp() {
+  return capturing() ? nullptr : record_timestamp_event(stream_);
+}
 
 void CudaBackend::record_stream(const Tensor& t, void* stream) {
   MINIDL_INTERNAL_ASSERT(t.device() == device(), "record_stream: a tensor on ", t.device(), " given to ", device());

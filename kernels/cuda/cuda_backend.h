@@ -6,6 +6,7 @@
 // one .cu file each:
 //   cuda_backend.cu  registry, streams, allocator statistics, synchronize, deferred errors
 //   stream_event.cu  the events of the caching allocators' stream-aware frees
+//   graph.cu         graph capture and replay (core/cuda_graph.h)
 //   memory.cu        copies (host <-> device, device <-> device), strided copy, cast, fill, arange, gather
 //   random.cu        uniform / normal / randint from the Philox counters of core/philox.h
 //   elementwise.cu   binary ops with broadcasting, ReLU forward/backward, equal
@@ -27,6 +28,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <initializer_list>
 #include <mutex>
 #include <vector>
@@ -109,6 +111,17 @@ class CudaBackend final : public Backend {
   // the stream has been synchronised: synchronize() and copies to the host do.
   void raise_deferred_errors();
   void record_stream(const Tensor& t, void* stream) override;
+
+  // ---- graph capture (graph.cu; Backend::begin_capture, core/cuda_graph.h) ----
+  void begin_capture() override;
+  std::unique_ptr<CapturedGraph> end_capture() override;
+  void abort_capture() noexcept override;
+  bool capturing() const override { return capturing_.load(std::memory_order_acquire); }
+  // During a capture, throws the Error of `op`, which a replay could not repeat: `why` says why.
+  void refuse_in_capture(const char* op, const char* why) const;
+  // Host memory that a captured copy reads at every replay (tensor_table.cuh): the graph keeps it.
+  void keep_for_graph(Tensor host);
+
   int make_current() override;
   int make_current_quietly() noexcept override;
   void restore_current(int previous) noexcept override;
@@ -179,7 +192,17 @@ class CudaBackend final : public Backend {
   std::mutex deferred_mutex_;
   unsigned long long* deferred_slots_ = nullptr;  // [kMaxDeferredChecks, 2]
   std::vector<TargetErrorMessage> deferred_messages_;
+  // The capture under way (graph.cu): its pool in the caching allocator, the host memory its
+  // copies read.
+  std::atomic<bool> capturing_{false};
+  CachingAllocator::PoolId capture_pool_ = 0;
+  std::vector<Tensor> capture_keep_;
 };
+
+// Why an op that draws random numbers refuses a graph capture (CudaBackend::refuse_in_capture).
+inline constexpr const char* kRandomInCapture =
+    "its random numbers come from Philox counters passed as kernel arguments, so every replay would draw the same "
+    "ones";
 
 // Samples per chunk of conv2d_forward / conv2d_backward (Note [conv chunks on the GPU] in
 // conv.cu): as many as keep the col buffer under its budget, at least one, at most g.n.

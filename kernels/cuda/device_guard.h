@@ -1,7 +1,8 @@
 // DeviceGuard and QuietDeviceGuard: make one CUDA device current on this host thread for a
 // scope and restore the previous one. Every CUDA backend method opens one, and so does code
 // beside the backend that calls the CUDA runtime itself (parallel/nccl): a host thread (a
-// DataParallel worker, say) may drive several devices.
+// DataParallel worker, say) may drive several devices. RelaxedCaptureMode lets an allocation
+// happen during a graph capture.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,6 +38,23 @@ class QuietDeviceGuard {
 
  private:
   int previous_ = -1;
+};
+
+// Makes the calling thread's stream-capture mode relaxed for the scope, so that an allocation
+// (cudaMalloc, cudaHostAlloc) made while a CUDA graph is being captured does not end that capture
+// (Note [graph pools], caching_allocator.h). Outside a capture it changes nothing. Never throws.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() noexcept { ok_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
+  ~RelaxedCaptureMode() {
+    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;  // swapped with the thread's
+  bool ok_ = false;
 };
 
 }  // namespace minidl::cuda

@@ -30,6 +30,7 @@ __global__ void dropout_mask_kernel(float* __restrict__ mask, int64_t n, float k
 // ---- launchers ----
 
 void CudaBackend::dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) {
+  refuse_in_capture("dropout", kRandomInCapture);
   MINIDL_INTERNAL_ASSERT(mask.dtype() == DType::Float32, "dropout_mask: the mask is ", mask.dtype());
   const int64_t n = mask.numel();
   if (n == 0) return;

@@ -112,6 +112,10 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   const Device from = src.device(), to = dst.device();
   if (from.is_cpu() && to.is_cuda()) {  // host -> device, on the destination's stream
     CudaBackend& be = backend_of(dst);
+    if (!is_pinned(src))
+      be.refuse_in_capture("a copy from pageable host memory to the device",
+                           "a replay would read the host address again, long after the caller reused it; copy into "
+                           "a static input before replay(), or copy from pinned memory (pin_memory)");
     DeviceGuard guard(be.device_index());
     MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyHostToDevice, be.stream()));
     if (is_pinned(src)) pinned_host_allocator().record_stream(src.impl()->storage.data(), be.stream());
@@ -119,6 +123,8 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   }
   if (from.is_cuda() && to.is_cpu()) {  // device -> host: the caller reads it next, so wait
     CudaBackend& be = backend_of(src);
+    be.refuse_in_capture("a copy to the host (item(), to_vector, .to(cpu), printing)",
+                         "the host would wait for a value that is being recorded, not computed");
     DeviceGuard guard(be.device_index());
     MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyDeviceToHost, be.stream()));
     MINIDL_CUDA_CHECK(cudaStreamSynchronize(be.stream()));
@@ -137,6 +143,8 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   // Across devices: the copy waits for the source stream's pending writes, runs on the
   // destination's stream, and is waited for, so the source may be freed on return.
   CudaBackend& src_be = backend_of(src);
+  src_be.refuse_in_capture("a copy between devices", "it waits for both devices");
+  dst_be.refuse_in_capture("a copy between devices", "it waits for both devices");
   cudaEvent_t ready = nullptr;
   {
     DeviceGuard guard(src_be.device_index());

@@ -133,6 +133,15 @@ bool all_float32_contiguous(const std::vector<Tensor>& list) {
   return true;
 }
 
+// Why a graph capture refuses these steps (graph.cu): their host-side state would be frozen
+// into the graph. The learning rate, weight decay and momentum are kernel arguments too: a
+// graph replays the values it was captured with (capture again after changing them).
+constexpr const char* kFirstSgdStepInCapture =
+    "it starts the momentum buffers from the gradient, and every replay would start them again; take one step "
+    "before capturing";
+constexpr const char* kAdamStepInCapture =
+    "its bias correction is computed on the host from the step count, which a replay would not advance";
+
 }  // namespace
 
 // ---- launchers ----
@@ -141,6 +150,7 @@ void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_b
   // The optimizer's checks: a floating parameter (float32 on a device), its gradient alike.
   MINIDL_INTERNAL_ASSERT(all_float32({&param, &grad, &momentum_buffer}) &&
                          all_contiguous({&param, &grad, &momentum_buffer}) && grad.numel() == param.numel());
+  if (cfg.first_step && cfg.momentum != 0.0) refuse_in_capture("SGD's first step with momentum", kFirstSgdStepInCapture);
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -153,6 +163,7 @@ void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
                             const AdamConfig& cfg) {
   MINIDL_INTERNAL_ASSERT(all_float32({&param, &grad, &exp_avg, &exp_avg_sq}) &&
                          all_contiguous({&param, &grad, &exp_avg, &exp_avg_sq}) && grad.numel() == param.numel());
+  refuse_in_capture("Adam's step", kAdamStepInCapture);
   const int64_t n = param.numel();
   if (n == 0) return;
   DeviceGuard guard(device_);
@@ -166,6 +177,7 @@ void CudaBackend::sgd_step_many(std::vector<Tensor>& params, const std::vector<T
   MINIDL_INTERNAL_ASSERT(grads.size() == params.size() && momentum_buffers.size() == params.size() &&
                          all_float32_contiguous(params) && all_float32_contiguous(grads) &&
                          (!has_buffers || all_float32_contiguous(momentum_buffers)));
+  if (cfg.first_step && cfg.momentum != 0.0) refuse_in_capture("SGD's first step with momentum", kFirstSgdStepInCapture);
   if (params.empty()) return;
   DeviceGuard guard(device_);
   Tensor table_storage;
@@ -183,6 +195,7 @@ void CudaBackend::adam_step_many(std::vector<Tensor>& params, const std::vector<
                          exp_avg_sqs.size() == params.size() && all_float32_contiguous(params) &&
                          all_float32_contiguous(grads) && all_float32_contiguous(exp_avgs) &&
                          all_float32_contiguous(exp_avg_sqs));
+  refuse_in_capture("Adam's step", kAdamStepInCapture);
   if (params.empty()) return;
   DeviceGuard guard(device_);
   Tensor table_storage;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_guard.h"
 #include "kernels/cuda/stream_event.h"
 
 namespace minidl::cuda {
@@ -16,6 +17,7 @@ class PinnedMemorySource final : public DeviceMemorySource {
   Device device() const override { return Device::cpu(); }
   void* try_allocate(size_t bytes) override {
     void* p = nullptr;
+    RelaxedCaptureMode relaxed;  // a graph capture may pin a captured copy's source (tensor_table.cuh)
     const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);  // usable from every device
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();

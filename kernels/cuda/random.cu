@@ -58,6 +58,7 @@ __global__ void randint_kernel(int64_t* __restrict__ dst, int64_t n, int64_t low
 // ---- launchers ----
 
 void CudaBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) {
+  refuse_in_capture("uniform_ (rand)", kRandomInCapture);
   MINIDL_INTERNAL_ASSERT(dst.dtype() == DType::Float32 && dst.is_contiguous());  // uniform() asks for a floating dtype
   const int64_t n = dst.numel();
   if (n == 0) return;
@@ -67,6 +68,7 @@ void CudaBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, u
 }
 
 void CudaBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) {
+  refuse_in_capture("normal_ (randn)", kRandomInCapture);
   MINIDL_INTERNAL_ASSERT(dst.dtype() == DType::Float32 && dst.is_contiguous());  // randn() asks for a floating dtype
   const int64_t n = dst.numel();
   if (n == 0) return;
@@ -76,6 +78,7 @@ void CudaBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed,
 }
 
 void CudaBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
+  refuse_in_capture("randint", kRandomInCapture);
   MINIDL_INTERNAL_ASSERT(dst.dtype() == DType::Int64 && dst.is_contiguous());  // randint() draws int64, then casts
   const int64_t n = dst.numel();
   if (n == 0) return;

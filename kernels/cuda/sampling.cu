@@ -207,6 +207,7 @@ void CudaBackend::topk(const Tensor& x, int64_t k, bool largest, Tensor& values,
 std::optional<std::pair<int64_t, MultinomialDefect>> CudaBackend::find_invalid_distribution(const Tensor& weights,
                                                                                             int64_t min_positive) {
   MINIDL_INTERNAL_ASSERT(weights.dtype() == DType::Float32 && weights.is_contiguous() && weights.dim() == 2);
+  refuse_in_capture("multinomial", "it checks its weights on the host before it draws");
   DeviceGuard guard(device_index());
   const int64_t rows = weights.shape()[0], cols = weights.shape()[1];
   Tensor code = empty(Shape{rows}, TensorOptions(DType::Int64, device()));
@@ -223,6 +224,7 @@ void CudaBackend::multinomial(const Tensor& weights, int64_t n, bool replacement
                               Tensor& out) {
   MINIDL_INTERNAL_ASSERT(weights.dtype() == DType::Float32 && weights.is_contiguous() && weights.dim() == 2 &&
                          out.dtype() == DType::Int64 && out.numel() == weights.shape()[0] * n);
+  refuse_in_capture("multinomial", kRandomInCapture);
   DeviceGuard guard(device_index());
   const int64_t rows = weights.shape()[0], cols = weights.shape()[1];
   // Drawing without replacement zeroes drawn weights: in a copy, never in the caller's tensor.

@@ -6,14 +6,16 @@
 // tensor (chunks of `chunk` elements; a chunk never spans two tensors) into a CPU tensor, and
 // copies it to the device in one copy (which has read its pageable source when it returns; the
 // device block is freed with `storage`, which the caching allocator reuses only after the
-// kernel that reads it). One launch then covers any number of tensors: block b walks chunks b,
-// b + grid, ..., finding each chunk's tensor by binary search in the table.
+// kernel that reads it; during a graph capture the host side is pinned and kept by the graph).
+// One launch then covers any number of tensors: block b walks chunks b, b + grid, ..., finding
+// each chunk's tensor by binary search in the table.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
+#include "core/memory.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -51,7 +53,7 @@ __device__ inline float* tensor_data(const TensorTable<kLists>& tab, int list, i
 // Uploads the table of `lists` (each of the same length, entry t of each with list 0's element
 // count or undefined) to be's device; `storage` keeps it alive, `chunks` receives the count.
 template <int kLists>
-TensorTable<kLists> upload_tensor_table(const CudaBackend& be, const std::array<const std::vector<Tensor>*, kLists>& lists,
+TensorTable<kLists> upload_tensor_table(CudaBackend& be, const std::array<const std::vector<Tensor>*, kLists>& lists,
                                         int64_t chunk, Tensor& storage, int64_t& chunks) {
   const int64_t n = static_cast<int64_t>(lists[0]->size());
   const int64_t words = (kLists + 2) * n + 1;  // [ptr list 0 .. kLists-1][numel][first_chunk n + 1]
@@ -69,6 +71,12 @@ TensorTable<kLists> upload_tensor_table(const CudaBackend& be, const std::array<
     chunks += ceil_div(numel, chunk);
   }
   h[(kLists + 2) * n] = chunks;
+  if (be.capturing()) {
+    // A graph replays this copy from the same host address every time (graph.cu): pinned
+    // memory that the graph keeps, rather than a pageable buffer freed on return.
+    host = pin_memory(host);
+    be.keep_for_graph(host);
+  }
   storage = empty(host.shape(), TensorOptions(DType::Int64, be.device()));
   MINIDL_CUDA_CHECK(cudaMemcpyAsync(storage.raw_data(), host.raw_data(), static_cast<size_t>(words) * sizeof(int64_t),
                                     cudaMemcpyHostToDevice, be.stream()));
