@@ -12,6 +12,9 @@
 //   table on stderr, the Chrome trace in FILE (FILE-b<batch>.json per batch size of a sweep).
 // --profile-overhead: the timed runs again with the profiler recording each; the JSON line gains
 //   us_per_step_profiled and the ratio of the two medians.
+// --graph (CUDA): after the warm-up, one step is captured into a CUDA graph (core/cuda_graph.h)
+//   and each timed step is a replay (the seed model first copies its DataLoader batch into the
+//   graph's static inputs); the JSON line says "graph":true.
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/backend.h"
+#include "core/cuda_graph.h"
 #include "core/host_parallel.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
@@ -38,19 +42,23 @@ namespace {
 using namespace minidl;
 using samples::SimpleModel;  // the tutorial's model: fc1 -> relu -> fc2
 
-// Runs `steps` training steps, crossing epochs as needed (each begin() is a new epoch).
-void train_steps(int64_t steps, data::DataLoader& loader, SimpleModel& model, optim::SGD& optimizer,
-                 const nn::CrossEntropyLoss& criterion, Device device) {
+// The seed tutorial's step on inputs already on the device.
+void seed_step(const Tensor& inputs, const Tensor& labels, SimpleModel& model, optim::SGD& optimizer,
+               const nn::CrossEntropyLoss& criterion) {
+  optimizer.zero_grad();
+  Tensor outputs = model(inputs);  // [10, 2]
+  Tensor loss = criterion(outputs, labels);
+  loss.backward();
+  optimizer.step();
+}
+
+// Runs `steps` steps, one per DataLoader batch, crossing epochs as needed (each begin() is a new
+// epoch).
+void train_steps(int64_t steps, data::DataLoader& loader, const std::function<void(const data::Batch&)>& step) {
   int64_t done = 0;
   while (done < steps) {
     for (const data::Batch& batch : loader) {
-      Tensor inputs = batch.x.to(device);  // [10, 10] float32
-      Tensor labels = batch.y.to(device);  // [10] int64
-      optimizer.zero_grad();
-      Tensor outputs = model(inputs);  // [10, 2]
-      Tensor loss = criterion(outputs, labels);
-      loss.backward();
-      optimizer.step();
+      step(batch);
       profiler::step();
       if (++done == steps) return;
     }
@@ -73,10 +81,11 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-struct ProfileFlags {
+struct BenchFlags {
   std::string trace;         // --profile
   int64_t steps = 20;        // --profile-steps
   bool overhead = false;     // --profile-overhead
+  bool graph = false;        // --graph
 };
 
 struct Timing {
@@ -89,7 +98,7 @@ struct Timing {
 // recording frees when it is dropped slows the next run for a while (the seed step took 8.9 µs
 // instead of 5.0 right after a recording of 5000 steps), which would be charged to the runs
 // without the profiler.
-Timing time_runs(const std::function<void(int64_t)>& run, int64_t steps, int repeats, const ProfileFlags& flags) {
+Timing time_runs(const std::function<void(int64_t)>& run, int64_t steps, int repeats, const BenchFlags& flags) {
   std::vector<double> off, on;
   for (int profiled = 0; profiled <= (flags.overhead ? 1 : 0); ++profiled) {
     for (int r = 0; r < repeats; ++r) {
@@ -107,7 +116,7 @@ Timing time_runs(const std::function<void(int64_t)>& run, int64_t steps, int rep
 }
 
 // --profile: flags.steps steps under the profiler, the table on stderr, the trace to `path`.
-void profile_steps(const std::function<void(int64_t)>& run, const ProfileFlags& flags, const std::string& path,
+void profile_steps(const std::function<void(int64_t)>& run, const BenchFlags& flags, const std::string& path,
                    const std::string& what) {
   profiler::Profiler prof;
   prof.start();
@@ -131,7 +140,7 @@ std::string trace_path_for(const std::string& path, int64_t batch, size_t sizes)
 
 // Median microseconds per MLP step at one batch size; inputs and labels live on the device.
 Timing time_mlp_step(Device device, int64_t batch, int64_t steps, int64_t warmup, int repeats, uint64_t seed,
-                     const ProfileFlags& flags, const std::string& trace_path) {
+                     const BenchFlags& flags, const std::string& trace_path) {
   manual_seed(seed);
   auto model = make_mlp();
   model->to(device);
@@ -143,17 +152,23 @@ Timing time_mlp_step(Device device, int64_t batch, int64_t steps, int64_t warmup
   sgd.momentum = 0.9;
   optim::SGD optimizer(model->parameters(), sgd);
   nn::CrossEntropyLoss criterion;
+  auto step = [&] {
+    optimizer.zero_grad();
+    Tensor loss = criterion((*model)(x), y);
+    loss.backward();
+    optimizer.step();
+  };
+  CUDAGraph graph;
   auto run = [&](int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-      optimizer.zero_grad();
-      Tensor loss = criterion((*model)(x), y);
-      loss.backward();
-      optimizer.step();
+      if (graph.captured()) graph.replay();
+      else step();
       profiler::step();
     }
     if (device.is_cuda()) backend_for(device).synchronize();
   };
-  run(warmup);
+  run(std::max<int64_t>(warmup, flags.graph ? 1 : 0));  // SGD's first step must come before a capture
+  if (flags.graph) graph.capture(device, step);
   const Timing t = time_runs(run, steps, repeats, flags);
   if (!flags.trace.empty())
     profile_steps(run, flags, trace_path, "the mlp step on " + device.str() + ", batch " + std::to_string(batch));
@@ -192,12 +207,13 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps before the first run")->check(CLI::NonNegativeNumber);
   app.add_option("--repeats", repeats, "timed runs; the median is reported")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the dataset, the model and the shuffle");
-  ProfileFlags profile;
+  BenchFlags profile;
   app.add_option("--profile", profile.trace,
                  "after the timing, profile --profile-steps steps: the table on stderr, a Chrome trace to this file");
   app.add_option("--profile-steps", profile.steps, "steps the profiler records")->check(CLI::PositiveNumber);
   app.add_flag("--profile-overhead", profile.overhead,
                "time the runs again with the profiler recording; report both medians and their ratio");
+  app.add_flag("--graph", profile.graph, "CUDA: capture one step after the warm-up into a CUDA graph and replay it");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -213,6 +229,7 @@ int main(int argc, char** argv) {
                     "\"threads\":%d,\"batch\":%lld,\"steps\":%lld,\"us_per_step\":%.3f",
                     device.str().c_str(), gemm_impl_name(gemm_impl()), host_threads(), (long long)batch,
                     (long long)steps, t.us);
+        if (profile.graph) std::printf(",\"graph\":true");
         if (profile.overhead)
           std::printf(",\"us_per_step_profiled\":%.3f,\"profiled_ratio\":%.4f", t.us_profiled, t.us_profiled / t.us);
         std::printf("}\n");
@@ -233,17 +250,32 @@ int main(int argc, char** argv) {
     optim::SGD optimizer(model->parameters(), sgd);
     nn::CrossEntropyLoss criterion;
 
+    // With --graph: the batch is copied into the graph's static inputs, then the graph replays.
+    Tensor static_x = empty(Shape{10, 10}, TensorOptions(DType::Float32, device));
+    Tensor static_y = empty(Shape{10}, TensorOptions(DType::Int64, device));
+    CUDAGraph graph;
+    auto step = [&](const data::Batch& batch) {
+      if (graph.captured()) {
+        static_x.copy_(batch.x);
+        static_y.copy_(batch.y);
+        graph.replay();
+      } else {
+        seed_step(batch.x.to(device), batch.y.to(device), *model, optimizer, criterion);  // [10, 10], [10]
+      }
+    };
     auto run = [&](int64_t n) {
-      train_steps(n, loader, *model, optimizer, criterion, device);
+      train_steps(n, loader, step);
       if (device.is_cuda()) backend_for(device).synchronize();
     };
-    run(warmup);
+    run(std::max<int64_t>(warmup, profile.graph ? 1 : 0));
+    if (profile.graph) graph.capture(device, [&] { seed_step(static_x, static_y, *model, optimizer, criterion); });
     const Timing t = time_runs(run, steps, repeats, profile);
     std::fprintf(stderr, "seed step on %s: median %.3f us/step over %d runs of %lld steps\n", device.str().c_str(),
                  t.us, repeats, (long long)steps);
     std::printf("{\"bench\":\"seed_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"threads\":%d,\"steps\":%lld,"
                 "\"us_per_step\":%.3f",
                 device.str().c_str(), host_threads(), (long long)steps, t.us);
+    if (profile.graph) std::printf(",\"graph\":true");
     if (profile.overhead)
       std::printf(",\"us_per_step_profiled\":%.3f,\"profiled_ratio\":%.4f", t.us_profiled, t.us_profiled / t.us);
     std::printf("}\n");

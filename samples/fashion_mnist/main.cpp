@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   app.add_option("--profile-steps", c.profile.steps, "training steps the profiler records")
       ->check(samples::positive_integer<int64_t>())
       ->capture_default_str();
+  app.add_flag("--cuda-graph", c.cuda_graph,
+               "capture the training step into a CUDA graph after the first and replay it for every full batch "
+               "(the MLP with SGD on one CUDA device)");
   app.add_option("--progress", progress, "auto (a bar on a terminal, else one line per epoch), bar, lines or none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
       ->capture_default_str();

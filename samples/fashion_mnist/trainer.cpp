@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/cuda_graph.h"
 #include "core/ops.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
@@ -88,6 +89,11 @@ void check_config(const TrainerConfig& c, bool writes) {
   MINIDL_CHECK(c.checkpoint_every >= 0, "fashion_mnist: --checkpoint-every must be >= 0, got ", c.checkpoint_every);
   MINIDL_CHECK(c.checkpoint_every == 0 || !c.checkpoint.empty(),
                "fashion_mnist: --checkpoint-every needs --checkpoint PATH to save to");
+  MINIDL_CHECK(!c.cuda_graph || (c.model == "mlp" && c.optimizer == "sgd" && c.devices.size() <= 1),
+               "fashion_mnist: --cuda-graph captures the MLP's step with SGD on one device (got --model ", c.model,
+               ", --optimizer ", c.optimizer, ", ", c.devices.size() > 1 ? "several --devices" : "one device",
+               "): the CNN's dropout draws random numbers and AdamW counts its steps on the host, which a replay "
+               "would repeat unchanged");
   MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
                c.stop_after_batches);
   if (!writes) return;
@@ -289,6 +295,8 @@ Trainer::Trainer(const TrainerConfig& config, const Datasets& data, std::ostream
   const int world = config_.group ? config_.group->world_size() : 1;
   if (world > 1) check_processes(config_, *config_.group, data_.train->size());
   device_ = world > 1 ? config_.group->device() : resolve_device(config_);
+  MINIDL_CHECK(!config_.cuda_graph || (world == 1 && device_.is_cuda()), "fashion_mnist: --cuda-graph needs one ",
+               "process on a CUDA device; this run has ", world, " process(es) on ", device_);
 
   manual_seed(config_.seed);
   model_ = make_model(config_);
@@ -332,6 +340,8 @@ void Trainer::resume() {
 }
 
 double Trainer::step(const data::Batch& batch) {
+  if (config_.cuda_graph && eager_steps_ > 0 && batch.y.size(0) == config_.batch_size) return graph_step(batch);
+  ++eager_steps_;
   const Tensor x = batch.x.to(device_), y = batch.y.to(device_);       // the global batch [n, 784], [n]
   const parallel::BatchShard shard = parallel_->shard(y.size(0));     // this process's rows of it
   optimizer_->zero_grad();
@@ -339,6 +349,37 @@ double Trainer::step(const data::Batch& batch) {
   loss.backward();  // over replicas or processes: the global batch's gradient when it returns
   optimizer_->step();
   return parallel_->global_mean(loss);
+}
+
+// Note [a captured step]: with --cuda-graph the step — zero_grad, forward, loss, backward, the
+// SGD update — is captured once into a CUDA graph on static inputs, and each batch is copied
+// into those inputs and the graph replayed: one launch instead of dozens. What a replay repeats
+// unchanged is fixed at capture, so: the first step is eager (SGD's first step with momentum
+// starts its buffers); a batch of another size (the epoch's last) is an eager step; and the
+// graph is captured again when the schedule has changed the learning rate, a kernel argument
+// frozen in the graph. The loss is read back after each replay, as after each eager step.
+double Trainer::graph_step(const data::Batch& batch) {
+  const double lr = optimizer_->param_groups()[0].lr;
+  if (!graph_ || lr != graph_lr_) {
+    if (!static_x_.defined()) {
+      static_x_ = empty(batch.x.shape(), TensorOptions(batch.x.dtype(), device_));
+      static_y_ = empty(batch.y.shape(), TensorOptions(batch.y.dtype(), device_));
+    }
+    graph_.reset();  // the old graph's memory goes back before the new capture
+    auto graph = std::make_unique<CUDAGraph>();
+    graph->capture(device_, [&] {
+      optimizer_->zero_grad();
+      static_loss_ = criterion_((*model_)(static_x_), static_y_);
+      static_loss_.backward();
+      optimizer_->step();
+    });
+    graph_ = std::move(graph);
+    graph_lr_ = lr;
+  }
+  static_x_.copy_(batch.x);
+  static_y_.copy_(batch.y);
+  graph_->replay();
+  return static_loss_.item();
 }
 
 Checkpoint Trainer::checkpoint() const {

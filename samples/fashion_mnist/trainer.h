@@ -20,6 +20,9 @@
 #include "samples/common/parallel_model.h"
 #include "samples/common/profile_window.h"
 
+namespace minidl {
+class CUDAGraph;
+}
 namespace minidl::data {
 class DataLoader;
 }
@@ -79,6 +82,9 @@ struct TrainerConfig {
   // --profile: record profile.steps training steps after profile.warmup (table on `out`, Chrome
   // trace to profile.trace; samples/common/profile_window.h). With several processes, rank 0's.
   samples::ProfileOptions profile;
+  // --cuda-graph: after one eager step, every full batch's step is a replay of a CUDA graph
+  // (core/cuda_graph.h; Note [a captured step] in trainer.cpp). One CUDA device, the MLP, SGD.
+  bool cuda_graph = false;
 };
 
 // One row of the metrics CSV. train_loss is the mean over the epoch's examples; lr is the lr
@@ -151,6 +157,8 @@ class Trainer {
  private:
   Checkpoint checkpoint() const;
   Error diverged(const std::string& which, double value, const std::string& where) const;
+  // step() as a replay of the captured step (config.cuda_graph), capturing it first when needed.
+  double graph_step(const data::Batch& batch);
 
   const TrainerConfig& config_;  // the caller's, which must outlive the Trainer (train() keeps them)
   const Datasets& data_;
@@ -167,6 +175,12 @@ class Trainer {
   double loss_sum_ = 0;      // sum of loss x batch size over this epoch's batches so far
   int64_t samples_ = 0;      // examples in those batches
   std::string last_save_;    // "epoch E, batch B": where this process last saved the checkpoint
+  // --cuda-graph: the graph, its static inputs and loss, the lr it was captured with, and the
+  // eager steps taken so far (SGD's first step comes before any capture).
+  std::unique_ptr<CUDAGraph> graph_;
+  Tensor static_x_, static_y_, static_loss_;
+  double graph_lr_ = 0;
+  int64_t eager_steps_ = 0;
 };
 
 }  // namespace minidl::fashion_mnist

@@ -4,6 +4,7 @@
     compare_samples.py seed_train    <seed_train binary>     # cpu vs cuda:0
     compare_samples.py data_parallel <data_parallel binary>  # 2 CPU replicas vs every CUDA device
     compare_samples.py fashion_mnist <fashion_mnist binary> {mlp,cnn}
+    compare_samples.py fashion_mnist_graph <fashion_mnist binary>  # cuda vs cuda --cuda-graph
 
 The two runs do the same arithmetic in a different order (tiled GEMMs, parallel reductions), so
 they agree to float32 rounding, which a few SGD steps carry forward without growing much:
@@ -12,6 +13,10 @@ they agree to float32 rounding, which a few SGD steps carry forward without grow
   - fashion_mnist (--limit 512, 2 epochs, 16 steps): losses within 2e-3 (the largest gap
     measured on the simulated device is 1.5e-4; tenfold margin for other compilers and GPUs),
     test accuracy within 1 percentage point (an example on a decision boundary may flip).
+fashion_mnist_graph runs the MLP on cuda:0 twice, eagerly and with --cuda-graph (every full
+batch's step a replay of a captured graph, captured again when the cosine schedule changes the
+learning rate): the same kernels on the same data in the same order, so every figure of the
+metrics but the speed must be identical.
 Exits 77 (ctest: skipped) when there is no usable CUDA device, or not two for data_parallel.
 """
 import csv
@@ -65,14 +70,15 @@ def data_parallel(binary):
     compare_loss_lines(cpu, gpu, "cuda:0,cuda:1")
 
 
-def fashion_mnist(binary, model):
+def fashion_mnist_metrics(binary, runs):
+    """Runs each of `runs` ({name: extra args}) on 512 examples for 2 epochs; their metrics rows."""
     if not Path("/usr/share/datasets/fashion-mnist").is_dir():
         skip("the Fashion-MNIST files are not installed (scripts/setup-deps installs them)")
     with tempfile.TemporaryDirectory() as tmp:
         rows = {}
-        for device in ("cuda", "cpu"):
-            metrics = Path(tmp) / f"{device}.csv"
-            args = [binary, "--device", device, "--model", model, "--limit", "512", "--test-limit", "512",
+        for name, extra in runs.items():
+            metrics = Path(tmp) / f"{name}.csv"
+            args = [binary, *extra, "--limit", "512", "--test-limit", "512",
                     "--epochs", "2", "--seed", "3", "--progress", "none", "--metrics", str(metrics)]
             done = subprocess.run(args, capture_output=True, text=True)
             if done.returncode != 0 and "0 CUDA device(s) visible" in done.stderr:
@@ -81,7 +87,13 @@ def fashion_mnist(binary, model):
                 sys.stderr.write(done.stdout + done.stderr)
                 sys.exit(f"{' '.join(args)} failed with exit code {done.returncode}")
             with open(metrics) as f:
-                rows[device] = list(csv.DictReader(f))
+                rows[name] = list(csv.DictReader(f))
+    return rows
+
+
+def fashion_mnist(binary, model):
+    rows = fashion_mnist_metrics(binary, {"cuda": ["--device", "cuda", "--model", model],
+                                          "cpu": ["--device", "cpu", "--model", model]})
     cpu, gpu = rows["cpu"], rows["cuda"]
     if len(cpu) != 2 or len(gpu) != 2:
         sys.exit(f"expected 2 epochs of metrics, got cpu {len(cpu)} and cuda {len(gpu)}")
@@ -95,6 +107,20 @@ def fashion_mnist(binary, model):
               f"test_loss {a['test_loss']} / {b['test_loss']}, test_acc {a['test_acc']} / {b['test_acc']} (cpu / cuda)")
 
 
+def fashion_mnist_graph(binary):
+    rows = fashion_mnist_metrics(binary, {"eager": ["--device", "cuda"],
+                                          "graph": ["--device", "cuda", "--cuda-graph"]})
+    eager, graph = rows["eager"], rows["graph"]
+    if len(eager) != 2 or len(graph) != 2:
+        sys.exit(f"expected 2 epochs of metrics, got eager {len(eager)} and graph {len(graph)}")
+    for a, b in zip(eager, graph):
+        for key in ("epoch", "train_loss", "test_loss", "test_acc", "lr"):
+            if a[key] != b[key]:
+                sys.exit(f"epoch {a['epoch']}: {key} eager {a[key]} vs --cuda-graph {b[key]} (must be identical)")
+        print(f"epoch {a['epoch']}: train_loss {a['train_loss']}, test_loss {a['test_loss']}, "
+              f"test_acc {a['test_acc']}, identical eagerly and with --cuda-graph")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -105,5 +131,7 @@ if __name__ == "__main__":
         data_parallel(binary)
     elif sample == "fashion_mnist" and len(sys.argv) == 4 and sys.argv[3] in ("mlp", "cnn"):
         fashion_mnist(binary, sys.argv[3])
+    elif sample == "fashion_mnist_graph":
+        fashion_mnist_graph(binary)
     else:
         sys.exit(__doc__)
