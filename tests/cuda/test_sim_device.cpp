@@ -1176,8 +1176,7 @@ TEST_CASE("sim: stream capture records kernels into a graph that replays them, a
     REQUIRE(cudaStreamEndCapture(s.get(), &graph) == cudaSuccess);
     CHECK(cudaGraphDestroy(graph) == cudaSuccess);
     CHECK(cudaFree(p) == cudaSuccess);
-    cudaStreamCaptureMode bad = static_cast<cudaStreamCaptureMode>(7);
-    CHECK(cudaThreadExchangeStreamCaptureMode(&bad) == cudaErrorInvalidValue);
+    CHECK(cudaThreadExchangeStreamCaptureMode(nullptr) == cudaErrorInvalidValue);
     (void)cudaGetLastError();
   }
 }
