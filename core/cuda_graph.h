@@ -25,6 +25,8 @@
 //     host wait (item(), .to(cpu), printing, synchronize), a copy from pageable host memory,
 //     random numbers (dropout), Adam's host-side step count. The capture is then abandoned, the
 //     graph stays empty, and the device works as before.
+//   - a copy from pinned host memory is captured, and every replay reads that memory again: treat
+//     the pinned tensor as a static input (keep it alive; change it in place between replays).
 //   - the targets of a captured cross-entropy are not checked (a bad one gives its row a NaN loss).
 // Where ops run synchronously (the CPU) there is nothing to capture: capture() throws.
 #pragma once
