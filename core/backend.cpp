@@ -25,8 +25,8 @@ void check_backend_computes(const Tensor& t, const char* op, const char* arg) {
 
 // The default: a backend that runs each op as it is called (the CPU) has nothing to capture.
 void Backend::begin_capture() {
-  throw Error("graph capture: this device runs every op synchronously as it is called, so there is no queue of "
-              "work to record; CUDA graphs need a CUDA device");
+  throw Error("CUDAGraph::capture_begin: the CPU runs every op synchronously as it is called, so there is no queue "
+              "of work to record; CUDA graphs need a CUDA device");
 }
 
 std::unique_ptr<CapturedGraph> Backend::end_capture() {

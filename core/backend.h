@@ -75,7 +75,6 @@ struct AdamConfig {
   int64_t step = 1;                     // 1-based step count, for bias correction
 };
 
-// What a device's caching allocator holds (CUDA); see core/memory.h for the public calls.
 // A graph of one device's captured work (Backend::end_capture), replayed as a whole: the public
 // face is minidl::CUDAGraph (core/cuda_graph.h).
 class CapturedGraph {
@@ -88,6 +87,7 @@ class CapturedGraph {
   virtual int64_t nodes() const = 0;
 };
 
+// What a device's caching allocator holds (CUDA); see core/memory.h for the public calls.
 struct MemoryStats {
   int64_t allocated_bytes = 0;       // in live tensors (rounded to the allocator's size classes)
   int64_t reserved_bytes = 0;        // obtained from the device: allocated + cached

@@ -27,9 +27,6 @@ CUDAGraph& CUDAGraph::operator=(CUDAGraph&& other) noexcept {
 void CUDAGraph::capture_begin(Device device) {
   MINIDL_CHECK(!capturing_, "CUDAGraph::capture_begin: this graph is already capturing on ", device_,
                "; end that capture first");
-  MINIDL_CHECK(device.is_cuda(), "CUDAGraph::capture_begin: ", device,
-               " runs every op synchronously as it is called, so there is no queue of work to record; CUDA graphs "
-               "need a CUDA device");
   reset();
   backend_for(device).begin_capture();
   device_ = device;

@@ -12,6 +12,15 @@ namespace {
 constexpr size_t kSmallStep = 512;
 constexpr size_t kSmallLimit = size_t{1} << 20;  // 1 MiB
 
+// A free block of class `size` from `lists`, removed from it; nullptr when it has none.
+void* take_free(std::map<size_t, std::vector<void*>>& lists, size_t size) {
+  auto it = lists.find(size);
+  if (it == lists.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  return p;
+}
+
 std::string mib(int64_t bytes) {
   return detail::make_message(static_cast<double>(bytes) / (1024.0 * 1024.0), " MiB");
 }
@@ -34,8 +43,7 @@ CachingAllocator::~CachingAllocator() {
     free_blocks_[p.size].push_back(p.ptr);
   }
   pending_blocks_.clear();
-  for (auto& [id, pool] : pools_)
-    for (auto& [size, blocks] : pool.free_blocks) free_blocks_[size].insert(free_blocks_[size].end(), blocks.begin(), blocks.end());
+  for (auto& [id, pool] : pools_) share_pool_blocks_locked(pool);
   pools_.clear();
   release_cached_locked();
 }
@@ -46,10 +54,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   void* p = nullptr;
   if (active_pool_ != 0) {  // Note [graph pools]: the pool's own free block first
     Pool& pool = pools_.at(active_pool_);
-    auto it = pool.free_blocks.find(size);
-    if (it != pool.free_blocks.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
+    if ((p = take_free(pool.free_blocks, size)) != nullptr) {
       pool.free_bytes -= static_cast<int64_t>(size);
       ++stats_.cache_hits;
     }
@@ -65,10 +70,7 @@ void* CachingAllocator::allocate(size_t bytes) {
 void* CachingAllocator::allocate_locked(size_t size, size_t requested) {
   const bool capturing = active_pool_ != 0;  // no event queries, no cudaFree: see Note [graph pools]
   if (!pending_blocks_.empty() && !capturing) collect_pending_locked();
-  auto it = free_blocks_.find(size);
-  if (it != free_blocks_.end() && !it->second.empty()) {
-    void* p = it->second.back();
-    it->second.pop_back();
+  if (void* p = take_free(free_blocks_, size)) {
     cached_bytes_ -= static_cast<int64_t>(size);
     ++stats_.cache_hits;
     return p;
@@ -194,12 +196,18 @@ void CachingAllocator::release_pool(PoolId pool) {
   auto it = pools_.find(pool);
   if (it == pools_.end()) return;
   if (active_pool_ == pool) active_pool_ = 0;
-  for (auto& [size, blocks] : it->second.free_blocks) {
+  share_pool_blocks_locked(it->second);
+  pools_.erase(it);  // its live blocks go to the shared cache when they are freed
+}
+
+void CachingAllocator::share_pool_blocks_locked(Pool& pool) {
+  for (auto& [size, blocks] : pool.free_blocks) {
     auto& shared = free_blocks_[size];
     shared.insert(shared.end(), blocks.begin(), blocks.end());
     cached_bytes_ += static_cast<int64_t>(size * blocks.size());
   }
-  pools_.erase(it);  // its live blocks go to the shared cache when they are freed
+  pool.free_blocks.clear();
+  pool.free_bytes = 0;
 }
 
 int64_t CachingAllocator::pool_live_bytes(PoolId pool) const {

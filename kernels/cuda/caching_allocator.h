@@ -105,6 +105,7 @@ class CachingAllocator final : public Allocator {
   void* allocate_locked(size_t size, size_t requested);  // size: its class; requested: what the caller asked
   void release_cached_locked();      // every free block back to the device
   void collect_pending_locked();     // pending blocks whose events completed become free
+  void share_pool_blocks_locked(Pool& pool);  // a pool's free blocks into the shared cache
   std::string describe_locked() const;
 
   std::unique_ptr<DeviceMemorySource> source_;

@@ -112,13 +112,14 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   const Device from = src.device(), to = dst.device();
   if (from.is_cpu() && to.is_cuda()) {  // host -> device, on the destination's stream
     CudaBackend& be = backend_of(dst);
-    if (!is_pinned(src))
+    const bool pinned = is_pinned(src);
+    if (!pinned)
       be.refuse_in_capture("a copy from pageable host memory to the device",
                            "a replay would read the host address again, long after the caller reused it; copy into "
                            "a static input before replay(), or copy from pinned memory (pin_memory)");
     DeviceGuard guard(be.device_index());
     MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyHostToDevice, be.stream()));
-    if (is_pinned(src)) pinned_host_allocator().record_stream(src.impl()->storage.data(), be.stream());
+    if (pinned) pinned_host_allocator().record_stream(src.impl()->storage.data(), be.stream());
     return;
   }
   if (from.is_cuda() && to.is_cpu()) {  // device -> host: the caller reads it next, so wait

@@ -21,7 +21,6 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "core/cuda_graph.h"
 #include "core/ops.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
@@ -360,25 +359,23 @@ double Trainer::step(const data::Batch& batch) {
 // frozen in the graph. The loss is read back after each replay, as after each eager step.
 double Trainer::graph_step(const data::Batch& batch) {
   const double lr = optimizer_->param_groups()[0].lr;
-  if (!graph_ || lr != graph_lr_) {
+  if (!graph_.captured() || lr != graph_lr_) {
     if (!static_x_.defined()) {
       static_x_ = empty(batch.x.shape(), TensorOptions(batch.x.dtype(), device_));
       static_y_ = empty(batch.y.shape(), TensorOptions(batch.y.dtype(), device_));
     }
-    graph_.reset();  // the old graph's memory goes back before the new capture
-    auto graph = std::make_unique<CUDAGraph>();
-    graph->capture(device_, [&] {
+    // A new capture replaces the old graph, whose memory goes back first.
+    graph_.capture(device_, [&] {
       optimizer_->zero_grad();
       static_loss_ = criterion_((*model_)(static_x_), static_y_);
       static_loss_.backward();
       optimizer_->step();
     });
-    graph_ = std::move(graph);
     graph_lr_ = lr;
   }
   static_x_.copy_(batch.x);
   static_y_.copy_(batch.y);
-  graph_->replay();
+  graph_.replay();
   return static_loss_.item();
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "nn/loss.h"
@@ -20,9 +21,6 @@
 #include "samples/common/parallel_model.h"
 #include "samples/common/profile_window.h"
 
-namespace minidl {
-class CUDAGraph;
-}
 namespace minidl::data {
 class DataLoader;
 }
@@ -177,7 +175,7 @@ class Trainer {
   std::string last_save_;    // "epoch E, batch B": where this process last saved the checkpoint
   // --cuda-graph: the graph, its static inputs and loss, the lr it was captured with, and the
   // eager steps taken so far (SGD's first step comes before any capture).
-  std::unique_ptr<CUDAGraph> graph_;
+  CUDAGraph graph_;
   Tensor static_x_, static_y_, static_loss_;
   double graph_lr_ = 0;
   int64_t eager_steps_ = 0;

@@ -140,6 +140,8 @@ TEST_CASE("the profiler records an MLP's steps as nested ranges of every kind", 
   const std::string table = p.table();
   CHECK_THAT(table, Catch::Contains("Optimizer.step#SGD.step") && Catch::Contains("Self host") &&
                         Catch::Contains("over 3 steps"));
+  // Nothing was launched on a CPU step: no launch column, no launch count in the footer.
+  CHECK_THAT(table, !Catch::Contains("Launches") && !Catch::Contains("launches"));
   CHECK_THAT(p.table(2), Catch::Contains("more rows"));
 }
 
