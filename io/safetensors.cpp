@@ -6,7 +6,9 @@
 // size of the data section, so a file can never make us allocate more than its own size.
 #include "io/safetensors.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -349,11 +351,21 @@ SafetensorsFile load_safetensors(const std::string& path) {
   struct FileCloser {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  // Opened without blocking: open(2) of a FIFO with no writer would wait forever. Anything but
+  // a regular file (a FIFO, a folder, a device such as /dev/zero) is refused before any read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  MINIDL_CHECK(fd >= 0, where, ": cannot open: ", std::strerror(errno));
+  std::unique_ptr<std::FILE, FileCloser> f(::fdopen(fd, "rb"));
+  if (f == nullptr) ::close(fd);
   MINIDL_CHECK(f != nullptr, where, ": cannot open: ", std::strerror(errno));
   struct stat st;
-  MINIDL_CHECK(::fstat(fileno(f.get()), &st) == 0, where, ": cannot stat: ", std::strerror(errno));
-  MINIDL_CHECK(S_ISREG(st.st_mode), where, ": not a regular file");
+  MINIDL_CHECK(::fstat(fd, &st) == 0, where, ": cannot stat: ", std::strerror(errno));
+  const char* kind = S_ISDIR(st.st_mode)                          ? "a folder"
+                     : S_ISFIFO(st.st_mode)                         ? "a FIFO"
+                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                    : "a special file";
+  MINIDL_CHECK(S_ISREG(st.st_mode), where, ": not a regular file (", kind, "); expected a safetensors file");
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // a regular file reads the same either way
   std::vector<unsigned char> bytes(static_cast<size_t>(st.st_size));
   const size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f.get());
   MINIDL_CHECK(!std::ferror(f.get()), where, ": read error: ", std::strerror(errno));
