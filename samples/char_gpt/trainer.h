@@ -28,6 +28,7 @@
 #include "samples/char_gpt/model.h"
 #include "samples/char_gpt/text_data.h"
 #include "samples/common/profile_window.h"
+#include "samples/common/progress.h"
 
 namespace minidl::parallel {
 class ProcessGroup;
@@ -35,11 +36,7 @@ class ProcessGroup;
 
 namespace minidl::char_gpt {
 
-enum class ProgressStyle {
-  Bar,    // a bar between evaluations redrawn in place with '\r' (for a terminal)
-  Lines,  // the evaluation lines only (for logs and pipes)
-  Quiet,  // nothing but errors
-};
+using samples::ProgressStyle;  // Bar, Lines, Quiet (samples/common/progress.h)
 
 struct TrainerConfig {
   // The small CPU recipe (bench/char_gpt_torch.py has the same defaults).
@@ -50,7 +47,10 @@ struct TrainerConfig {
   int64_t iters = 2000;
   double lr = 1e-3, min_lr = 1e-4;
   int64_t warmup = 100;
-  int64_t lr_decay_iters = 0;  // 0: iters
+  // Where the cosine reaches min_lr. 0: --iters in a new run (at least warmup + 1), and in a
+  // resumed run the horizon it was started with (Note [a longer run keeps its schedule] in
+  // samples/common/train_loop.cpp); a value set here replaces a resumed run's horizon too.
+  int64_t lr_decay_iters = 0;
   double weight_decay = 0.1, beta2 = 0.99;
   double grad_clip = 1.0;      // max global gradient norm; 0: no clipping
   int64_t grad_accum = 1;      // micro-batches per optimizer step
@@ -59,7 +59,7 @@ struct TrainerConfig {
   uint64_t seed = 1337;
 
   std::string checkpoint;  // saved (atomically) at every evaluation when set
-  std::string resume;      // continue the run saved here (same flags)
+  std::string resume;      // continue the run saved here (same flags; a larger --iters continues it)
   // Stop after this many iterations in this process, saving the checkpoint first (0: never):
   // splits a run in pieces that --resume joins (the resume test uses it).
   int64_t stop_after = 0;

@@ -1,17 +1,12 @@
-// The trainer's checkpoint: one safetensors file (io/safetensors.h) that Python's safetensors
-// reads too. Tensors:
-//   model.<name>            the model's state_dict ("model.0.weight", ...)
-//   optimizer.<param>.<e>   the optimizer's buffers ("optimizer.0.weight.momentum_buffer")
-// and in __metadata__ (strings; doubles written in their shortest exact form, so they read
-// back bit for bit):
-//   minidl.checkpoint       "fashion_mnist/1", the layout version
+// The Fashion-MNIST trainer's checkpoint: a library checkpoint (io/checkpoint.h: model,
+// optimizer with its groups, schedule, generators, step) plus the trainer's own entries, kept as
+// run.<key> metadata:
 //   hp.*                    the run's hyperparameters (architecture, optimizer, lr, ...)
-//   optimizer.*             optimizer name, group lrs, hyperparameters, step counters
-//   scheduler.*             schedule name, last_epoch, base and last lrs, hyperparameters
-//   generator.seed/offset   the default generator
 //   loader.*                the DataLoader position (epoch, next batch) and what it depends on
-//   epoch.loss_sum/samples  the running train loss of an interrupted epoch
+//   epoch.loss_sum/samples  the running train loss of an interrupted epoch (the training loop's)
 //   history                 the metrics of the finished epochs, CSV rows
+// Checkpoint below is the typed view of one file, for the tests and for tools; the trainer
+// writes and reads the same entries through write_run_entries / read_run_entries.
 #pragma once
 
 #include <map>
@@ -21,12 +16,22 @@
 
 #include "core/generator.h"
 #include "data/dataloader.h"
+#include "io/checkpoint.h"
 #include "nn/module.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "samples/fashion_mnist/trainer.h"
 
 namespace minidl::fashion_mnist {
+
+// The trainer's own entries.
+struct RunEntries {
+  data::DataLoaderState loader;
+  std::vector<EpochMetrics> history;
+};
+// Refuses (a minidl::Error, nothing written) a history holding a NaN or infinite number.
+void write_run_entries(const RunEntries& entries, io::Metadata& metadata);
+RunEntries read_run_entries(const io::Metadata& metadata, const std::string& path);
 
 struct Checkpoint {
   std::map<std::string, std::string> hyperparameters;  // "architecture" -> "784-256-128-10", ...
@@ -44,11 +49,8 @@ struct Checkpoint {
 // minidl::Error naming the tensor or value, the file untouched) a state holding NaN or Inf.
 void save_checkpoint(const Checkpoint& c, const std::string& path);
 // Throws a minidl::Error naming the file and the key for a file that is not such a checkpoint,
-// and naming the tensor for one whose weights or optimizer state hold NaN or Inf.
+// and naming the tensor for one whose weights or optimizer state hold NaN or Inf. Reads the
+// version 1 layout ("fashion_mnist/1") too.
 Checkpoint load_checkpoint(const std::string& path);
-
-// Exact text of a double and back (std::to_chars shortest form: parses to the same bits).
-std::string format_exact(double v);
-double parse_double(const std::string& text, const std::string& what);
 
 }  // namespace minidl::fashion_mnist

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <sys/wait.h>
 
-#include "samples/fashion_mnist/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace minidl::fashion_mnist {
 
@@ -29,8 +29,8 @@ void write_metrics_csv(const std::string& path, const std::vector<EpochMetrics>&
   MINIDL_CHECK(f.good(), "metrics: cannot open ", path, " for writing");
   f << "epoch,train_loss,test_loss,test_acc,samples_per_s,lr\n";
   for (const EpochMetrics& e : history) {
-    f << e.epoch << "," << format_exact(e.train_loss) << "," << format_exact(e.test_loss) << ","
-      << format_exact(e.test_acc) << "," << format_exact(e.samples_per_s) << "," << format_exact(e.lr) << "\n";
+    f << e.epoch << "," << io::format_exact(e.train_loss) << "," << io::format_exact(e.test_loss) << ","
+      << io::format_exact(e.test_acc) << "," << io::format_exact(e.samples_per_s) << "," << io::format_exact(e.lr) << "\n";
   }
   f.close();
   MINIDL_CHECK(!f.fail(), "metrics: writing ", path, " failed");

@@ -1,5 +1,6 @@
-// The Fashion-MNIST trainer: config checks, the model, optimizer and schedule, the epoch loop
-// with its evaluation, and the checkpoint round trip that makes --resume continue the same run.
+// The Fashion-MNIST trainer: config checks, the model, optimizer and schedule, and the task the
+// shared training loop runs (samples/common/train_loop.h: resume, epochs, evaluation,
+// checkpoints, divergence, profiler, progress).
 //
 // Note [what a bit-identical resume needs]: on the CPU every kernel sums in a fixed order, so
 // a step depends only on the parameters, the optimizer state, the lr and the batch. The
@@ -12,6 +13,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +24,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/cuda_graph.h"
 #include "core/ops.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
@@ -35,7 +39,8 @@
 #include "parallel/distributed_data_parallel.h"
 #include "samples/fashion_mnist/checkpoint.h"
 #include "samples/fashion_mnist/metrics.h"
-#include "samples/fashion_mnist/progress.h"
+#include "samples/common/parallel_model.h"
+#include "samples/common/train_loop.h"
 
 namespace minidl::fashion_mnist {
 
@@ -101,59 +106,31 @@ void check_config(const TrainerConfig& c, bool writes) {
   check_output_path(c.plot, "--plot");
 }
 
-Device resolve_device(const TrainerConfig& c) {
-  const std::string& name = c.devices.empty() ? c.device : c.devices[0];
-  return name == "auto" ? default_device() : Device(name);
-}
+Device resolve_device(const TrainerConfig& c) { return samples::resolve_device(c.devices.empty() ? c.device : c.devices[0]); }
 
 // --devices a,b,...: data-parallel replicas on each (parallel::DataParallel checks the list).
 std::vector<Device> parallel_devices(const TrainerConfig& c) {
   std::vector<Device> devices;
-  for (const std::string& d : c.devices) devices.push_back(d == "auto" ? default_device() : Device(d));
+  for (const std::string& d : c.devices) devices.push_back(samples::resolve_device(d));
   return devices;
 }
 
-// What a checkpoint must agree with to be continued by this config.
+// What a checkpoint must agree with to be continued by this config. --epochs is not here: a
+// longer run continues a shorter one (Note [a longer run keeps its schedule] in
+// samples/common/train_loop.cpp).
 std::map<std::string, std::string> hyperparameters_of(const TrainerConfig& c) {
   std::map<std::string, std::string> hp = {
       {"architecture", c.model == "cnn" ? cnn_architecture_name() : architecture_name(c.hidden)},
       {"optimizer", c.optimizer},
-      {"lr", format_exact(c.lr)},
-      {"weight_decay", format_exact(c.weight_decay)},
+      {"lr", io::format_exact(c.lr)},
+      {"weight_decay", io::format_exact(c.weight_decay)},
       {"schedule", c.schedule},
-      {"epochs", std::to_string(c.epochs)},
       {"batch_size", std::to_string(c.batch_size)},
       {"seed", std::to_string(c.seed)},
       {"limit", std::to_string(c.limit)},
   };
-  if (c.optimizer == "sgd") hp["momentum"] = format_exact(c.momentum);
+  if (c.optimizer == "sgd") hp["momentum"] = io::format_exact(c.momentum);
   return hp;
-}
-
-// Refuses a checkpoint of another model, or one trained with other hyperparameters (the run
-// would not be the one it claims to continue). Without a schedule, --epochs may grow.
-void check_resumable(const Checkpoint& ck, const TrainerConfig& c) {
-  const auto own = hyperparameters_of(c);
-  auto saved = [&](const std::string& key) {
-    auto it = ck.hyperparameters.find(key);
-    return it == ck.hyperparameters.end() ? std::string("(none)") : it->second;
-  };
-  MINIDL_CHECK(saved("architecture") == own.at("architecture"), "fashion_mnist: refusing to resume from ", c.resume,
-               ": it holds a model ", saved("architecture"), " and this run builds ", own.at("architecture"),
-               " (--model ", c.model, ", --hidden ", c.hidden.empty() ? std::string("none") : join_sizes(c.hidden, ','),
-               "); pass the checkpoint's --model and --hidden or start without --resume");
-  std::vector<std::string> differ;
-  for (const auto& [key, value] : own) {
-    if (key == "architecture" || (key == "epochs" && c.schedule == "none")) continue;
-    if (saved(key) != value) differ.push_back(key + " " + saved(key) + " in the checkpoint, " + value + " here");
-  }
-  if (!differ.empty()) {
-    std::ostringstream os;
-    os << "fashion_mnist: refusing to resume from " << c.resume << ": it was trained with other hyperparameters (";
-    for (size_t i = 0; i < differ.size(); ++i) os << (i ? "; " : "") << differ[i];
-    os << "); resume with the flags it was started with, or start without --resume";
-    throw Error(os.str());
-  }
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, std::vector<Tensor> params) {
@@ -164,9 +141,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, std::ve
   return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
 }
 
-std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainerConfig& c, optim::Optimizer& opt) {
-  if (c.schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, c.epochs);
-  if (c.schedule == "step") return std::make_unique<optim::StepLR>(opt, std::max<int64_t>(1, c.epochs / 3), 0.1);
+// The schedule over `epochs` epochs (--epochs in a new run; a resumed run's own horizon).
+std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainerConfig& c, optim::Optimizer& opt, int64_t epochs) {
+  if (c.schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, epochs);
+  if (c.schedule == "step") return std::make_unique<optim::StepLR>(opt, std::max<int64_t>(1, epochs / 3), 0.1);
   return nullptr;
 }
 
@@ -175,7 +153,7 @@ struct Evaluation {
 };
 
 // Mean cross-entropy and accuracy over the whole test set, in batches, without autograd.
-Evaluation evaluate(nn::Sequential& model, const data::TensorDataset& test, Device device) {
+Evaluation evaluate_model(nn::Sequential& model, const data::TensorDataset& test, Device device) {
   NoGradGuard no_grad;
   model.eval();
   nn::CrossEntropyLoss summed(ops::Reduction::Sum);
@@ -282,217 +260,218 @@ Datasets load_datasets(const TrainerConfig& config) {
   return d;
 }
 
+namespace {
+
 // Note [a shard of every batch]: over several processes every rank builds the same batches
 // (the loader's order is a function of (seed, epoch)) and trains on its shard of each
 // (samples/common/parallel_model.h, parallel/batch_shard.h), so the loader position, hence the
 // checkpoint, is the same on every rank, and so is the generator's state (Note [random draws of
 // a batch shard] in core/generator.h).
-Trainer::Trainer(const TrainerConfig& config, const Datasets& data, std::ostream& out)
-    : config_(config), data_(data), out_(out) {
-  check_config(config_, !config_.group || config_.group->rank() == 0);
-  MINIDL_CHECK(data_.train && data_.test, "fashion_mnist: train: the datasets are not loaded");
-  const int world = config_.group ? config_.group->world_size() : 1;
-  if (world > 1) check_processes(config_, *config_.group, data_.train->size());
-  device_ = world > 1 ? config_.group->device() : resolve_device(config_);
-  MINIDL_CHECK(!config_.cuda_graph || (world == 1 && device_.is_cuda()), "fashion_mnist: --cuda-graph needs one ",
-               "process on a CUDA device; this run has ", world, " process(es) on ", device_);
+//
+// Note [what a bit-identical resume needs]: on the CPU every kernel sums in a fixed order, so
+// a step depends only on the parameters, the optimizer state, the lr and the batch. The
+// checkpoint holds the first three exactly; the batch is fixed by the loader position, since an
+// epoch's order is a function of (seed, epoch). The default generator draws the initial weights
+// and the CNN's dropout masks; its state is saved too. The interrupted epoch's running loss sum
+// travels along (the training loop's), so its train_loss is the same number.
+class FashionTask final : public samples::TrainingTask {
+ public:
+  FashionTask(const TrainerConfig& config, const Datasets& data) : config_(config), data_(data) {
+    check_config(config_, !config_.group || config_.group->rank() == 0);
+    MINIDL_CHECK(data_.train && data_.test, "fashion_mnist: train: the datasets are not loaded");
+    const int world = config_.group ? config_.group->world_size() : 1;
+    if (world > 1) check_processes(config_, *config_.group, data_.train->size());
+    device_ = world > 1 ? config_.group->device() : resolve_device(config_);
+    MINIDL_CHECK(!config_.cuda_graph || (world == 1 && device_.is_cuda()), "fashion_mnist: --cuda-graph needs one ",
+                 "process on a CUDA device; this run has ", world, " process(es) on ", device_);
 
-  manual_seed(config_.seed);
-  model_ = make_model(config_);
-  model_->to(device_);
-  parallel_ = std::make_unique<samples::ParallelModel>(model_, parallel_devices(config_),
-                                                       world > 1 ? config_.group : nullptr);
-  names_ = model_->named_parameters();
-  optimizer_ = make_optimizer(config_, model_->parameters());
-  scheduler_ = make_scheduler(config_, *optimizer_);
-  loader_ = std::make_unique<data::DataLoader>(data_.train, data::DataLoaderOptions{.batch_size = config_.batch_size,
-                                                                                   .shuffle = true,
-                                                                                   .num_workers = config_.workers,
-                                                                                   .seed = config_.seed,
-                                                                                   .pin_memory = device_.is_cuda()});
-  result_.model = model_;
-}
-
-Trainer::~Trainer() = default;
-
-void Trainer::resume() {
-  Checkpoint ck = load_checkpoint(config_.resume);
-  check_resumable(ck, config_);
-  MINIDL_CHECK(ck.scheduler.has_value() == (scheduler_ != nullptr), "fashion_mnist: checkpoint ", config_.resume,
-               " has scheduler '", ck.scheduler ? ck.scheduler->scheduler : "none", "', this run --schedule ",
-               config_.schedule);
-  // Each load checks before it changes anything; the model's comes first, and a failure
-  // after it leaves only this trainer's fresh objects touched.
-  model_->load_state_dict(ck.model);
-  optimizer_->load_state_dict(ck.optimizer, names_);
-  if (scheduler_) scheduler_->load_state(*ck.scheduler);
-  loader_->load_state(ck.loader);
-  default_generator().set_state(ck.generator);
-  result_.history = ck.history;
-  loss_sum_ = ck.epoch_loss_sum;
-  samples_ = ck.epoch_samples;
-  if (config_.progress != ProgressStyle::Quiet) {
-    out_ << "resumed from " << config_.resume << " at epoch " << ck.loader.epoch + 1 << ", batch " << ck.loader.batch
-         << " of " << loader_->size() << "\n";
-    if (ck.loader.epoch >= config_.epochs) out_ << "nothing to train: the checkpoint finished all " << config_.epochs << " epochs\n";
+    manual_seed(config_.seed);
+    model_ = make_model(config_);
+    model_->to(device_);
+    parallel_ = std::make_unique<samples::ParallelModel>(model_, parallel_devices(config_),
+                                                         world > 1 ? config_.group : nullptr,
+                                                         samples::RankBatches::ShardOfGlobalBatch);
+    names_ = model_->named_parameters();
+    optimizer_ = make_optimizer(config_, model_->parameters());
+    scheduler_ = make_scheduler(config_, *optimizer_, config_.epochs);
+    loader_ = std::make_unique<data::DataLoader>(data_.train, data::DataLoaderOptions{.batch_size = config_.batch_size,
+                                                                                     .shuffle = true,
+                                                                                     .num_workers = config_.workers,
+                                                                                     .seed = config_.seed,
+                                                                                     .pin_memory = device_.is_cuda()});
   }
-}
 
-double Trainer::step(const data::Batch& batch) {
-  if (config_.cuda_graph && eager_steps_ > 0 && batch.y.size(0) == config_.batch_size) return graph_step(batch);
-  ++eager_steps_;
-  const Tensor x = batch.x.to(device_), y = batch.y.to(device_);       // the global batch [n, 784], [n]
-  const parallel::BatchShard shard = parallel_->shard(y.size(0));     // this process's rows of it
-  optimizer_->zero_grad();
-  const Tensor loss = criterion_(parallel_->forward(x, shard), shard.of(y));
-  loss.backward();  // over replicas or processes: the global batch's gradient when it returns
-  optimizer_->step();
-  return parallel_->global_mean(loss);
-}
+  int64_t batches_per_epoch() const { return loader_->size(); }
+  bool lead() const { return parallel_->lead(); }
+  std::shared_ptr<nn::Sequential> model() const { return model_; }
+  const std::vector<EpochMetrics>& history() const { return history_; }
 
-// Note [a captured step]: with --cuda-graph the step — zero_grad, forward, loss, backward, the
-// SGD update — is captured once into a CUDA graph on static inputs, and each batch is copied
-// into those inputs and the graph replayed: one launch instead of dozens. What a replay repeats
-// unchanged is fixed at capture, so: the first step is eager (SGD's first step with momentum
-// starts its buffers); a batch of another size (the epoch's last) is an eager step; and the
-// graph is captured again when the schedule has changed the learning rate, a kernel argument
-// frozen in the graph. The loss is read back after each replay, as after each eager step.
-double Trainer::graph_step(const data::Batch& batch) {
-  const double lr = optimizer_->param_groups()[0].lr;
-  if (!graph_.captured() || lr != graph_lr_) {
-    if (!static_x_.defined()) {
-      static_x_ = empty(batch.x.shape(), TensorOptions(batch.x.dtype(), device_));
-      static_y_ = empty(batch.y.shape(), TensorOptions(batch.y.dtype(), device_));
-    }
-    // A new capture replaces the old graph, whose memory goes back first.
-    graph_.capture(device_, [&] {
-      optimizer_->zero_grad();
-      static_loss_ = criterion_((*model_)(static_x_), static_y_);
-      static_loss_.backward();
-      optimizer_->step();
-    });
-    graph_lr_ = lr;
+  io::TrainingState training_state() override { return {*model_, *optimizer_, names_, scheduler_.get()}; }
+  std::map<std::string, std::string> hyperparameters() const override { return hyperparameters_of(config_); }
+
+  // The next batch of the loader (a new epoch's begin() after the last one ended), one step on it.
+  samples::StepResult train_step() override {
+    if (!batch_.has_value()) batch_ = loader_->begin();
+    else ++*batch_;
+    const data::Batch& b = **batch_;
+    const double loss = step(b);
+    if (loader_->state().batch == 0) batch_.reset();  // the epoch's last batch: the next step begins the next epoch
+    return {loss, b.y.size(0)};
   }
-  static_x_.copy_(batch.x);
-  static_y_.copy_(batch.y);
-  graph_.replay();
-  return static_loss_.item();
-}
 
-Checkpoint Trainer::checkpoint() const {
-  Checkpoint ck;
-  ck.hyperparameters = hyperparameters_of(config_);
-  ck.model = model_->state_dict();
-  ck.optimizer = optimizer_->state_dict(names_);
-  if (scheduler_) ck.scheduler = scheduler_->state();
-  ck.generator = default_generator().state();
-  ck.loader = loader_->state();
-  ck.epoch_loss_sum = loss_sum_;
-  ck.epoch_samples = samples_;
-  ck.history = result_.history;
-  return ck;
-}
+  void end_epoch(int64_t) override {
+    if (scheduler_) scheduler_->step();
+  }
 
-void Trainer::save(int64_t epoch, int64_t batch) {
-  // Every rank records where the last save was (for the divergence message); the lead writes it.
-  if (parallel_->lead()) save_checkpoint(checkpoint(), config_.checkpoint);
-  last_save_ = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch);
-}
+  samples::NamedValues evaluate(const samples::EvalAt&) override {
+    const Evaluation e = evaluate_model(*model_, *data_.test, device_);
+    return {{"test loss", e.loss}, {"test accuracy", e.accuracy}};
+  }
 
-// Note [a diverged run stops]: the first NaN or infinite loss (training or test) ends the run
-// with an error naming where, before anything else is saved, so the checkpoint keeps its last
-// save, taken while every number was finite; save_checkpoint also refuses non-finite weights.
-// Going on would only overwrite it with NaN weights that no resume can use.
-Error Trainer::diverged(const std::string& which, double value, const std::string& where) const {
-  std::ostringstream os;
-  const char* shown = std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf";
-  os << "fashion_mnist: the " << which << " is " << shown << " " << where << " (lr " << optimizer_->param_groups()[0].lr
-     << "): the run diverged and stops here. ";
-  if (config_.checkpoint.empty()) os << "No checkpoint was asked for";
-  else if (last_save_.empty()) os << config_.checkpoint << " was not written by this run";
-  else os << config_.checkpoint << " keeps the state saved at " << last_save_ << ", before the divergence";
-  os << "; a smaller --lr may train.";
-  return Error(os.str());
-}
+  std::string record(const samples::EvalAt& at, const samples::NamedValues& values) override {
+    EpochMetrics m;
+    m.epoch = at.epoch + 1;
+    m.train_loss = at.train_loss;
+    m.test_loss = values.empty() ? 0.0 : values[0].second;
+    m.test_acc = values.empty() ? 0.0 : values[1].second;
+    m.samples_per_s = at.seconds > 0 ? static_cast<double>(at.examples) / at.seconds : 0.0;
+    m.lr = at.lr;
+    history_.push_back(m);
+    if (lead() && !config_.metrics.empty()) write_metrics_csv(config_.metrics, history_);
+    return epoch_line(m, config_.epochs, at.seconds);
+  }
 
-void Trainer::end_epoch(int64_t epoch, double lr, double seconds, int64_t samples_here, EpochProgress& progress) {
-  if (scheduler_) scheduler_->step();
-  const bool lead = parallel_->lead();
-  const Evaluation eval = lead ? evaluate(*model_, *data_.test, device_) : Evaluation{};
-  if (lead && !std::isfinite(eval.loss)) throw diverged("test loss", eval.loss, "after epoch " + std::to_string(epoch + 1));
-  EpochMetrics m;
-  m.epoch = epoch + 1;
-  m.train_loss = loss_sum_ / static_cast<double>(samples_);
-  m.test_loss = eval.loss;
-  m.test_acc = eval.accuracy;
-  m.samples_per_s = seconds > 0 ? static_cast<double>(samples_here) / seconds : 0.0;
-  m.lr = lr;
-  result_.history.push_back(m);
-  loss_sum_ = 0;
-  samples_ = 0;
-  progress.finish(epoch_line(m, config_.epochs, seconds));
-  if (lead && !config_.metrics.empty()) write_metrics_csv(config_.metrics, result_.history);
-  if (!config_.checkpoint.empty()) save(epoch, loader_->size());
-}
+  std::string where(int64_t step) const override {
+    const int64_t per_epoch = std::max<int64_t>(batches_per_epoch(), 1);
+    const int64_t epoch = step > 0 && step % per_epoch == 0 ? step / per_epoch : step / per_epoch + 1;
+    const int64_t batch = step > 0 && step % per_epoch == 0 ? per_epoch : step % per_epoch;
+    return "epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch);
+  }
+  double lr() const override { return optimizer_->param_groups()[0].lr; }
 
-TrainingResult Trainer::run() {
-  int64_t batches_run = 0;  // in this process, for stop_after_batches
-  bool stopped = false;
-  samples::ProfileWindow profile(parallel_->lead() ? config_.profile : samples::ProfileOptions{}, out_);
-  for (int64_t epoch = loader_->state().epoch; epoch < config_.epochs && !stopped; ++epoch) {
+  void save_state(io::Checkpoint& ck) const override { write_run_entries({loader_->state(), history_}, ck.metadata); }
+
+  // Note [a longer run keeps its schedule]: the schedule is rebuilt with the checkpoint's own
+  // horizon (t_max or step_size), so a run resumed with a larger --epochs continues the curve it
+  // started on.
+  void prepare_resume(io::Checkpoint& ck) override {
+    if (!scheduler_ || !ck.scheduler) return;  // a mismatch is refused by restore_training_state
+    const auto& hp = ck.scheduler->hyperparameters;
+    auto stored = [&](const char* key) {
+      auto it = hp.find(key);
+      MINIDL_CHECK(it != hp.end() && it->second >= 1 && it->second <= 1e15, "checkpoint ", config_.resume,
+                   ": the schedule's ", key, " is missing or out of range");
+      return static_cast<int64_t>(it->second);
+    };
+    if (config_.schedule == "cosine" && ck.scheduler->scheduler == "CosineAnnealingLR")
+      scheduler_ = std::make_unique<optim::CosineAnnealingLR>(*optimizer_, stored("t_max"));
+    else if (config_.schedule == "step" && ck.scheduler->scheduler == "StepLR")
+      scheduler_ = std::make_unique<optim::StepLR>(*optimizer_, stored("step_size"), 0.1);
+  }
+
+  void load_state(const io::Checkpoint& ck) override {
+    RunEntries e = read_run_entries(ck.metadata, config_.resume);
+    loader_->load_state(e.loader);
+    history_ = std::move(e.history);
+    MINIDL_CHECK(e.loader.epoch * batches_per_epoch() + e.loader.batch == ck.step, "checkpoint ", config_.resume,
+                 ": its step ", ck.step, " does not match its loader position (epoch ", e.loader.epoch, ", batch ",
+                 e.loader.batch, ")");
+  }
+
+ private:
+  // One training step on a global batch; returns the global batch's mean loss.
+  double step(const data::Batch& batch) {
+    if (config_.cuda_graph && eager_steps_ > 0 && batch.y.size(0) == config_.batch_size) return graph_step(batch);
+    ++eager_steps_;
+    const Tensor x = batch.x.to(device_), y = batch.y.to(device_);    // the global batch [n, 784], [n]
+    const parallel::BatchShard shard = parallel_->shard(y.size(0));  // this process's rows of it
+    optimizer_->zero_grad();
+    const Tensor loss = criterion_(parallel_->forward(x, shard), shard.of(y));
+    loss.backward();  // over replicas or processes: the global batch's gradient when it returns
+    optimizer_->step();
+    return parallel_->global_mean(loss);
+  }
+
+  // Note [a captured step]: with --cuda-graph the step — zero_grad, forward, loss, backward, the
+  // SGD update — is captured once into a CUDA graph on static inputs, and each batch is copied
+  // into those inputs and the graph replayed: one launch instead of dozens. What a replay repeats
+  // unchanged is fixed at capture, so: the first step is eager (SGD's first step with momentum
+  // starts its buffers); a batch of another size (the epoch's last) is an eager step; and the
+  // graph is captured again when the schedule has changed the learning rate, a kernel argument
+  // frozen in the graph. The loss is read back after each replay, as after each eager step.
+  double graph_step(const data::Batch& batch) {
     const double lr = optimizer_->param_groups()[0].lr;
-    EpochProgress progress(out_, config_.progress, epoch + 1, config_.epochs, loader_->state().batch, loader_->size());
-    int64_t samples_here = 0;  // trained in this process this epoch
-    const auto start = std::chrono::steady_clock::now();
-
-    for (auto it = loader_->begin(); it != loader_->end(); ++it) {
-      const double batch_loss = step(*it);
-      profile.step_done();
-      const int64_t n = it->y.shape()[0];
-      const data::DataLoaderState pos = loader_->state();
-      const bool last = pos.batch == 0;  // the position rolled over to the next epoch
-      const int64_t done = last ? loader_->size() : pos.batch;
-      if (!std::isfinite(batch_loss)) {  // Note [a diverged run stops]
-        throw diverged("training loss", batch_loss,
-                       "at epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(done) + " of " +
-                           std::to_string(loader_->size()));
+    if (!graph_.captured() || lr != graph_lr_) {
+      if (!static_x_.defined()) {
+        static_x_ = empty(batch.x.shape(), TensorOptions(batch.x.dtype(), device_));
+        static_y_ = empty(batch.y.shape(), TensorOptions(batch.y.dtype(), device_));
       }
-      loss_sum_ += batch_loss * static_cast<double>(n);
-      samples_ += n;
-      samples_here += n;
-      ++batches_run;
-      progress.update(done, loss_sum_ / static_cast<double>(samples_), samples_here);
-      stopped = config_.stop_after_batches > 0 && batches_run >= config_.stop_after_batches;
-      if (last) break;  // the epoch's end is handled below (evaluation, then the checkpoint)
-      const bool due = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
-      if (!config_.checkpoint.empty() && (due || stopped)) save(epoch, done);
-      if (stopped) break;
+      // A new capture replaces the old graph, whose memory goes back first.
+      graph_.capture(device_, [&] {
+        optimizer_->zero_grad();
+        static_loss_ = criterion_((*model_)(static_x_), static_y_);
+        static_loss_.backward();
+        optimizer_->step();
+      });
+      graph_lr_ = lr;
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (stopped && loader_->state().batch != 0) {
-      progress.finish("stopped in epoch " + std::to_string(epoch + 1) + " after " + std::to_string(batches_run) +
-                      " batches" + (config_.checkpoint.empty() ? "" : "; checkpoint " + config_.checkpoint));
-      break;
-    }
-    end_epoch(epoch, lr, seconds, samples_here, progress);
+    static_x_.copy_(batch.x);
+    static_y_.copy_(batch.y);
+    graph_.replay();
+    return static_loss_.item();
   }
-  result_.finished = loader_->state().epoch >= config_.epochs;
-  profile.finish();
 
-  if (parallel_->lead() && !config_.plot.empty()) {
-    const std::string why = plot_metrics(config_.plot, result_.history);
-    if (config_.progress != ProgressStyle::Quiet) {
-      if (why.empty()) out_ << "plot: " << config_.plot << "\n";
-      else out_ << "plot: " << why << "\n";
-    }
-  }
-  return result_;
-}
+  const TrainerConfig& config_;  // the caller's, which must outlive the task (train() keeps them)
+  const Datasets& data_;
+  Device device_ = Device::cpu();
+  std::shared_ptr<nn::Sequential> model_;
+  std::unique_ptr<samples::ParallelModel> parallel_;  // the model, or DataParallel / DDP over it
+  optim::NamedParameters names_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRScheduler> scheduler_;
+  std::unique_ptr<data::DataLoader> loader_;
+  std::optional<data::DataLoader::Iterator> batch_;  // the epoch in progress
+  nn::CrossEntropyLoss criterion_;
+  std::vector<EpochMetrics> history_;
+  // --cuda-graph: the graph, its static inputs and loss, the lr it was captured with, and the
+  // eager steps taken so far (SGD's first step comes before any capture).
+  CUDAGraph graph_;
+  Tensor static_x_, static_y_, static_loss_;
+  double graph_lr_ = 0;
+  int64_t eager_steps_ = 0;
+};
+
+}  // namespace
 
 TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out) {
-  Trainer trainer(config, data, out);
-  if (!config.resume.empty()) trainer.resume();
-  return trainer.run();
+  FashionTask task(config, data);
+  const int64_t per_epoch = task.batches_per_epoch();
+  MINIDL_CHECK(per_epoch > 0, "fashion_mnist: the training set has no batch (", data.train->size(), " examples)");
+  MINIDL_CHECK(config.epochs <= INT64_MAX / per_epoch, "fashion_mnist: --epochs ", config.epochs, " of ", per_epoch,
+               " batches overflows the step count");
+  samples::TrainLoop loop(samples::LoopOptions{.program = "fashion_mnist",
+                                               .steps = config.epochs * per_epoch,
+                                               .steps_flag = "--epochs",
+                                               .steps_per_epoch = per_epoch,
+                                               .checkpoint_every = config.checkpoint_every,
+                                               .stop_after = config.stop_after_batches,
+                                               .checkpoint = config.checkpoint,
+                                               .resume = config.resume,
+                                               .lead = task.lead(),
+                                               .progress = config.progress,
+                                               .profile = config.profile},
+                          task, out);
+  loop.resume();
+  const samples::LoopResult r = loop.run();
+  TrainingResult result;
+  result.history = task.history();
+  result.finished = r.finished;
+  result.model = task.model();
+  if (task.lead() && !config.plot.empty()) {
+    const std::string why = plot_metrics(config.plot, result.history);
+    if (config.progress != ProgressStyle::Quiet) out << "plot: " << (why.empty() ? config.plot : why) << "\n";
+  }
+  return result;
 }
 
 }  // namespace minidl::fashion_mnist

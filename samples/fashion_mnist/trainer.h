@@ -12,32 +12,20 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_graph.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
-#include "optim/optimizer.h"
-#include "samples/common/parallel_model.h"
 #include "samples/common/profile_window.h"
+#include "samples/common/progress.h"
 
-namespace minidl::data {
-class DataLoader;
-}
-namespace minidl::optim {
-class LRScheduler;
-}
 namespace minidl::parallel {
 class ProcessGroup;
 }
 
 namespace minidl::fashion_mnist {
 
-enum class ProgressStyle {
-  Bar,    // one bar per epoch redrawn in place with '\r' (for a terminal)
-  Lines,  // one plain line per epoch (for logs and pipes)
-  Quiet,  // nothing but errors
-};
+using samples::ProgressStyle;  // Bar, Lines, Quiet (samples/common/progress.h)
 
 struct TrainerConfig {
   // The defaults reach >= 89% test accuracy in 10 epochs (bench/RESULTS.md has the run);
@@ -121,64 +109,9 @@ std::shared_ptr<nn::Sequential> make_model(const TrainerConfig& config);
 Datasets load_datasets(const TrainerConfig& config);
 
 // Checks the config (clear errors for bad values, for several devices, for a checkpoint of
-// another architecture or other hyperparameters), then trains, writing progress to `out`.
+// another architecture or other hyperparameters), then trains on the shared training loop
+// (samples/common/train_loop.h), writing progress to `out`. A run resumed with a larger
+// --epochs continues with the schedule it was started with (its horizon is in the checkpoint).
 TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ostream& out);
-
-struct Checkpoint;
-class EpochProgress;
-
-// What train() runs, in the order it runs:
-//   Trainer trainer(config, data, out);   // checks, the model on its device, wrapped for replicas
-//                                         // or processes (samples::ParallelModel), optimizer,
-//                                         // schedule, loader
-//   trainer.resume();                     // with --resume: every piece of state back
-//   trainer.run();                        // epochs of step(batch), each closed by end_epoch()
-class Trainer {
- public:
-  Trainer(const TrainerConfig& config, const Datasets& data, std::ostream& out);
-  ~Trainer();
-  Trainer(const Trainer&) = delete;
-  Trainer& operator=(const Trainer&) = delete;
-
-  // Continues the run saved in config.resume (Note [what a bit-identical resume needs]).
-  void resume();
-  // The epoch loop from the loader's position: step() per batch, the divergence check, the
-  // checkpoints within an epoch, end_epoch(); then the plot.
-  TrainingResult run();
-  // One training step on a global batch; returns the global batch's mean loss.
-  double step(const data::Batch& batch);
-  // The schedule's step, the evaluation (the lead process), the epoch's metrics, the checkpoint.
-  void end_epoch(int64_t epoch, double lr, double seconds, int64_t samples_here, EpochProgress& progress);
-  // Writes the checkpoint (the lead process) and records where, for the divergence message.
-  void save(int64_t epoch, int64_t batch);
-
- private:
-  Checkpoint checkpoint() const;
-  Error diverged(const std::string& which, double value, const std::string& where) const;
-  // step() as a replay of the captured step (config.cuda_graph), capturing it first when needed.
-  double graph_step(const data::Batch& batch);
-
-  const TrainerConfig& config_;  // the caller's, which must outlive the Trainer (train() keeps them)
-  const Datasets& data_;
-  std::ostream& out_;
-  Device device_ = Device::cpu();
-  std::shared_ptr<nn::Sequential> model_;
-  std::unique_ptr<samples::ParallelModel> parallel_;  // the model, or DataParallel / DDP over it
-  optim::NamedParameters names_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<optim::LRScheduler> scheduler_;
-  std::unique_ptr<data::DataLoader> loader_;
-  nn::CrossEntropyLoss criterion_;
-  TrainingResult result_;
-  double loss_sum_ = 0;      // sum of loss x batch size over this epoch's batches so far
-  int64_t samples_ = 0;      // examples in those batches
-  std::string last_save_;    // "epoch E, batch B": where this process last saved the checkpoint
-  // --cuda-graph: the graph, its static inputs and loss, the lr it was captured with, and the
-  // eager steps taken so far (SGD's first step comes before any capture).
-  CUDAGraph graph_;
-  Tensor static_x_, static_y_, static_loss_;
-  double graph_lr_ = 0;
-  int64_t eager_steps_ = 0;
-};
 
 }  // namespace minidl::fashion_mnist

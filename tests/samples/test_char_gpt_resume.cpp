@@ -4,6 +4,7 @@
 // refused; a saved model samples what the trained one does; --dump-grads writes one step.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <sstream>
 
 #include "io/safetensors.h"
@@ -135,4 +136,72 @@ TEST_CASE("char_gpt: --dump-grads writes the batch, the loss, the gradients and 
   CHECK(f.metadata.at("vocab") == small_text().vocab.serialize());
   c.dropout = 0.1;
   CHECK_THAT(error_message([&] { dump_one_step(c, small_text(), path); }), Catch::Contains("--dump-grads needs --dropout 0"));
+}
+
+TEST_CASE("char_gpt: a larger --iters continues the run on the schedule it was started with", "[samples][char-gpt]") {
+  minidl::testing::TempDir dir;
+  TrainerConfig first = small_config();
+  first.iters = 6;
+  first.checkpoint = dir.path() + "/run.safetensors";
+  run(first);
+
+  TrainerConfig longer = small_config();  // --iters 12, resumed: the cosine still ends at 6
+  longer.resume = first.checkpoint;
+  const TrainingResult b = run(longer);
+  CHECK(b.finished);
+  CHECK(b.iterations == 12);
+
+  TrainerConfig straight = small_config();  // the same run in one piece
+  straight.lr_decay_iters = 6;
+  const TrainingResult a = run(straight);
+  check_same_bits(a.model->state_dict(), b.model->state_dict());
+
+  // A horizon given on resume replaces the stored one: another schedule, other weights.
+  TrainerConfig new_horizon = longer;
+  new_horizon.lr_decay_iters = 12;
+  const TrainingResult c = run(new_horizon);
+  CHECK(c.model->state_dict().at("transformer.wte.weight").to_vector<float>() !=
+        b.model->state_dict().at("transformer.wte.weight").to_vector<float>());
+}
+
+TEST_CASE("char_gpt: resuming with an --iters below the checkpoint's step names both numbers", "[samples][char-gpt]") {
+  minidl::testing::TempDir dir;
+  TrainerConfig first = small_config();
+  first.checkpoint = dir.path() + "/run.safetensors";
+  first.stop_after = 7;
+  run(first);
+  TrainerConfig shorter = small_config();
+  shorter.iters = 5;
+  shorter.resume = first.checkpoint;
+  std::ostringstream log;
+  CHECK_THAT(error_message([&] { train(shorter, small_text(), log); }),
+             Catch::Contains("it is at iteration 7, beyond this run's end at iteration 5 (--iters)"));
+  CHECK(log.str().empty());
+}
+
+TEST_CASE("char_gpt: --iters 0 evaluates the initial model once and trains nothing", "[samples][char-gpt]") {
+  minidl::testing::TempDir dir;
+  TrainerConfig c = small_config();
+  c.iters = 0;
+  c.checkpoint = dir.path() + "/run.safetensors";
+  const TrainingResult r = run(c);
+  CHECK(r.finished);
+  CHECK(r.iterations == 0);
+  REQUIRE(r.history.size() == 1);
+  CHECK(r.history[0].iter == 0);
+  CHECK(load_model(c.checkpoint).iterations == 0);
+}
+
+TEST_CASE("char_gpt: a step that makes the weights non-finite writes no checkpoint", "[samples][char-gpt]") {
+  minidl::testing::TempDir dir;
+  TrainerConfig c = small_config();
+  c.lr = 1e300;
+  c.warmup = 0;
+  c.stop_after = 1;
+  c.eval_interval = 100;
+  c.checkpoint = dir.path() + "/run.safetensors";
+  const std::string message = error_message([&] { run(c); });
+  CHECK_THAT(message, Catch::Contains("refusing to save") || Catch::Contains("the run diverged"));
+  // Nothing of NaN reached the disk: either no file, or the finite one written at step 0.
+  if (std::ifstream(c.checkpoint).good()) CHECK(load_model(c.checkpoint).iterations == 0);
 }

@@ -178,12 +178,14 @@ TEST_CASE("fashion_mnist: the checkpoint is a safetensors file with model, optim
   CHECK(f.tensors.at("model.4.bias").shape() == Shape{10});
   CHECK(f.tensors.at("optimizer.2.weight.momentum_buffer").shape() == Shape{128, 256});
   CHECK(f.tensors.at("model.0.weight").to_vector<float>() == r.model->state_dict().at("0.weight").to_vector<float>());
-  CHECK(f.metadata.at("minidl.checkpoint") == "fashion_mnist/1");
-  CHECK(f.metadata.at("hp.architecture") == "784-256-128-10");
-  CHECK(f.metadata.at("hp.optimizer") == "sgd");
-  CHECK(f.metadata.at("loader.epoch") == "1");
+  CHECK(f.metadata.at("minidl.checkpoint") == "2");  // io/checkpoint.h's layout
+  CHECK(f.metadata.at("minidl.program") == "fashion_mnist");
+  CHECK(f.metadata.at("step") == "8");  // one epoch of 512 / 64 batches
+  CHECK(f.metadata.at("run.hp.architecture") == "784-256-128-10");
+  CHECK(f.metadata.at("run.hp.optimizer") == "sgd");
+  CHECK(f.metadata.at("run.loader.epoch") == "1");
   CHECK(f.metadata.at("scheduler.name") == "CosineAnnealingLR");
-  CHECK(f.metadata.count("generator.offset") == 1);
+  CHECK(f.metadata.count("generator.default.offset") == 1);
 }
 
 TEST_CASE("fashion_mnist: resuming with another architecture or other hyperparameters is refused", "[samples][fashion-mnist]") {
