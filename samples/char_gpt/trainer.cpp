@@ -292,20 +292,19 @@ GPTConfig model_config(const TrainerConfig& c, int64_t vocab_size) {
 
 TrainingResult train(const TrainerConfig& config, const TextData& data, std::ostream& out) {
   GPTTask task(config, data);
-  samples::TrainLoop loop(samples::LoopOptions{.program = kProgram,
-                                               .steps = config.iters,
-                                               .steps_flag = "--iters",
-                                               .eval_every = config.eval_interval,
-                                               .stop_after = config.stop_after,
-                                               .checkpoint = config.checkpoint,
-                                               .resume = config.resume,
-                                               .lead = task.lead(),
-                                               .print_speed = true,
-                                               .progress = config.progress,
-                                               .profile = config.profile},
-                          task, out);
-  loop.resume();
-  const samples::LoopResult r = loop.run();
+  samples::LoopOptions options{
+      .program = kProgram,
+      .steps = config.iters,
+      .steps_flag = "--iters",
+      .eval_every = config.eval_interval,
+      .stop_after = config.stop_after,
+      .checkpoint = config.checkpoint,
+      .resume = config.resume,
+      .lead = task.lead(),
+      .print_speed = true,
+      .progress = config.progress,
+      .profile = config.profile};
+  const samples::LoopResult r = samples::run_training(std::move(options), task, out);
   TrainingResult result;
   result.history = task.history();
   result.iterations = r.step;

@@ -194,4 +194,10 @@ LoopResult TrainLoop::run() {
   return result;
 }
 
+LoopResult run_training(LoopOptions options, TrainingTask& task, std::ostream& out) {
+  TrainLoop loop(std::move(options), task, out);
+  loop.resume();
+  return loop.run();
+}
+
 }  // namespace minidl::samples

@@ -132,4 +132,7 @@ class TrainLoop {
   int64_t saved_at_ = -1;  // the step of that save
 };
 
+// A whole run: TrainLoop(options, task, out), resume() (with options.resume), run().
+LoopResult run_training(LoopOptions options, TrainingTask& task, std::ostream& out);
+
 }  // namespace minidl::samples

@@ -449,20 +449,19 @@ TrainingResult train(const TrainerConfig& config, const Datasets& data, std::ost
   MINIDL_CHECK(per_epoch > 0, "fashion_mnist: the training set has no batch (", data.train->size(), " examples)");
   MINIDL_CHECK(config.epochs <= INT64_MAX / per_epoch, "fashion_mnist: --epochs ", config.epochs, " of ", per_epoch,
                " batches overflows the step count");
-  samples::TrainLoop loop(samples::LoopOptions{.program = "fashion_mnist",
-                                               .steps = config.epochs * per_epoch,
-                                               .steps_flag = "--epochs",
-                                               .steps_per_epoch = per_epoch,
-                                               .checkpoint_every = config.checkpoint_every,
-                                               .stop_after = config.stop_after_batches,
-                                               .checkpoint = config.checkpoint,
-                                               .resume = config.resume,
-                                               .lead = task.lead(),
-                                               .progress = config.progress,
-                                               .profile = config.profile},
-                          task, out);
-  loop.resume();
-  const samples::LoopResult r = loop.run();
+  samples::LoopOptions options{
+      .program = "fashion_mnist",
+      .steps = config.epochs * per_epoch,
+      .steps_flag = "--epochs",
+      .steps_per_epoch = per_epoch,
+      .checkpoint_every = config.checkpoint_every,
+      .stop_after = config.stop_after_batches,
+      .checkpoint = config.checkpoint,
+      .resume = config.resume,
+      .lead = task.lead(),
+      .progress = config.progress,
+      .profile = config.profile};
+  const samples::LoopResult r = samples::run_training(std::move(options), task, out);
   TrainingResult result;
   result.history = task.history();
   result.finished = r.finished;
