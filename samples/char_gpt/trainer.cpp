@@ -200,8 +200,6 @@ class GPTTask final : public samples::TrainingTask {
 
   std::string record(const samples::EvalAt& at, const samples::NamedValues& values) override {
     const EvalPoint e{at.step, values.empty() ? 0.0 : values[0].second, values.empty() ? 0.0 : values[1].second};
-    // A run resumed from a file of the older layout may evaluate again where it was taken.
-    if (!history_.empty() && history_.back().iter == at.step) history_.pop_back();
     history_.push_back(e);
     return eval_line(e);
   }
