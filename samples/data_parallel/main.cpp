@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("Finished Training\n");
-  } catch (const Error& e) {
-    std::cerr << "data_parallel: " << e.what() << "\n";
+  } catch (...) {
+    // One line whatever was thrown, exit status 1 (samples/common/flags.h).
+    std::cerr << samples::failure_line("data_parallel", "training") << "\n";
     return 1;
   }
   return 0;

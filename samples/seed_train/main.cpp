@@ -74,8 +74,9 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("Finished Training\n");
-  } catch (const Error& e) {
-    std::cerr << "seed_train: " << e.what() << "\n";
+  } catch (...) {
+    // One line whatever was thrown, exit status 1 (samples/common/flags.h).
+    std::cerr << samples::failure_line("seed_train", "training") << "\n";
     return 1;
   }
   return 0;
