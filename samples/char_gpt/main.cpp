@@ -133,8 +133,13 @@ int main(int argc, char** argv) {
     // Every file and size is checked here, on every process, before anything is read or built:
     // inputs are regular readable files (never a FIFO, which would block), no output overwrites
     // an input, the sampling flags are sane. --checkpoint X --resume X continues a run in place.
+    // (--data itself is checked by read_text_file, whose error for the missing default corpus says
+    // how to fetch it.)
     check_sample_options(s, nullptr);
     const std::string path = c.data.empty() ? default_data_path() : c.data;
+    for (const auto& [flag, output] : {std::pair{"--checkpoint", c.checkpoint}, std::pair{"--profile", c.profile.trace},
+                                       std::pair{"--dump-grads", dump_grads}})
+      samples::check_output_file(output, flag);
     samples::check_no_alias({{"--checkpoint", c.checkpoint}, {"--profile", c.profile.trace}, {"--dump-grads", dump_grads}},
                             {{"--data", path}, {"--from", from}});
     samples::check_no_alias({{"--profile", c.profile.trace}, {"--dump-grads", dump_grads}}, {{"--resume", c.resume}});

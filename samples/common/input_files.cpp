@@ -74,6 +74,13 @@ void check_input_file(const std::string& path, const std::string& flag, uint64_t
                limit_reason.empty() ? "" : " (", limit_reason, limit_reason.empty() ? "" : ")");
 }
 
+void check_output_file(const std::string& path, const std::string& flag) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return;  // missing: written afresh
+  MINIDL_CHECK(S_ISREG(st.st_mode), flag, " ", path, " is ", kind_of(st.st_mode),
+               "; expected a regular file to replace or a new path");
+}
+
 void check_no_alias(const std::vector<PathFlag>& outputs, const std::vector<PathFlag>& inputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const PathFlag& out = outputs[i];

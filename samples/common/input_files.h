@@ -1,7 +1,7 @@
 // Checks of the files a sample's command line names, made before any work starts: an input
 // must be a regular, readable file of a sane size (a FIFO would block the first read forever,
-// a folder or /dev/zero fails or never ends deep inside a reader), and no output may name the
-// same file as an input (--checkpoint equal to --data would overwrite the training text). Each
+// a folder or /dev/zero fails or never ends deep inside a reader), an existing output must be
+// a regular file too, and no output may name the same file as an input (--checkpoint equal to --data would overwrite the training text). Each
 // failure is a minidl::Error naming the flag, the path, what it is and what was expected.
 #pragma once
 
@@ -23,6 +23,12 @@ struct PathFlag {
 // stat() first, and the test open uses O_NONBLOCK.
 void check_input_file(const std::string& path, const std::string& flag, uint64_t max_bytes = UINT64_MAX,
                       const std::string& limit_reason = "");
+
+// An output that already exists must be a regular file, which the write replaces: a FIFO
+// would block the write forever, and a folder or a device (/dev/null included: an atomic
+// write renames its new file over the path) cannot take a file's place. A path that does not
+// exist yet is fine here (the trainers check its folder). An empty path is skipped.
+void check_output_file(const std::string& path, const std::string& flag);
 
 // No output may name the same file as an input, nor as another output. Two paths name the
 // same file when both exist with the same device and inode (hard links, symbolic links), or,

@@ -123,15 +123,17 @@ int main(int argc, char** argv) {
       "error naming the epoch and batch, and exits with status 1. Nothing is saved after the divergence: the "
       "--checkpoint file keeps its last save, whose numbers are all finite, and --resume reads it. A checkpoint "
       "holding NaN or Inf weights is refused, naming the tensor. Output folders (--checkpoint, --metrics, --plot) "
-      "must exist and be writable; they are checked before training starts.");
+      "must exist and be writable; they are checked before training starts, as are the inputs (--resume and the "
+      "IDX files of --data-dir must be regular, readable files) and that no output names an input or another output "
+      "(--checkpoint X --resume X continues a run in place).");
   CLI11_PARSE(app, argc, argv);
 
   int world = 1, rank = 0;
   std::string doing = "checking the flags";  // what an out-of-memory error says was under way
   try {
     // The files the flags name, on every process before anything is read or built: inputs are
-    // regular readable files (never a FIFO, which would block), and no output overwrites an
-    // input or another output. --checkpoint X --resume X continues a run in place.
+    // regular readable files (never a FIFO, which would block), an existing output is a regular
+    // file, and no output overwrites an input or another output. --checkpoint X --resume X continues a run in place.
     const std::vector<samples::PathFlag> idx =
         checked_idx_files(c.data_dir.empty() ? data::default_fashion_mnist_dir() : c.data_dir);
     if (!c.resume.empty()) {
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
     }
     const std::vector<samples::PathFlag> outputs{
         {"--checkpoint", c.checkpoint}, {"--metrics", c.metrics}, {"--plot", c.plot}, {"--profile", c.profile.trace}};
+    for (const samples::PathFlag& output : outputs) samples::check_output_file(output.path, output.flag);
     samples::check_no_alias(outputs, idx);
     samples::check_no_alias(std::vector<samples::PathFlag>(outputs.begin() + 1, outputs.end()), {{"--resume", c.resume}});
 

@@ -91,6 +91,21 @@ TEST_CASE("check_input_file refuses a file over the limit, giving its size and t
                            " is 2.0 KiB (2048 bytes); expected at most 1.0 KiB (a test limit)"));
 }
 
+TEST_CASE("check_output_file accepts a new path or a regular file and refuses a FIFO, a folder or a device", "[samples][input-files]") {
+  TempDir dir;
+  CHECK_NOTHROW(samples::check_output_file(dir.file("new.st"), "--checkpoint"));
+  CHECK_NOTHROW(samples::check_output_file("", "--checkpoint"));
+  write_bytes(dir.file("old.st"), "x");
+  CHECK_NOTHROW(samples::check_output_file(dir.file("old.st"), "--checkpoint"));
+  make_fifo(dir.file("fifo"));
+  CHECK_THAT(error_message([&] { samples::check_output_file(dir.file("fifo"), "--profile"); }),
+             Catch::Equals("--profile " + dir.file("fifo") +
+                           " is a FIFO (named pipe); expected a regular file to replace or a new path"));
+  CHECK_THAT(error_message([&] { samples::check_output_file(dir.path(), "--metrics"); }), Catch::Contains("is a folder"));
+  CHECK_THAT(error_message([&] { samples::check_output_file("/dev/null", "--checkpoint"); }),
+             Catch::Equals("--checkpoint /dev/null is a character device; expected a regular file to replace or a new path"));
+}
+
 TEST_CASE("check_no_alias refuses an output naming an input by the same, a relative, a linked or a hard-linked path", "[samples][input-files]") {
   TempDir dir;
   const std::string data = dir.file("data.txt");
@@ -354,6 +369,14 @@ TEST_CASE("char_gpt --profile or --dump-grads naming an input or the checkpoint 
   CHECK(!std::filesystem::exists(t.dir.file("run.st")));
 }
 
+TEST_CASE("char_gpt an output naming a FIFO or a device is refused without blocking", "[samples][char-gpt][hostile]") {
+  TextDir t;
+  make_fifo(t.dir.file("fifo"));
+  check_refused(run_char_gpt(t.dir, "--data input.txt --profile fifo" + kTiny), "char_gpt", {"--profile fifo", "is a FIFO"});
+  check_refused(run_char_gpt(t.dir, "--data input.txt --checkpoint /dev/null" + kTiny), "char_gpt",
+                {"--checkpoint /dev/null", "is a character device"});
+}
+
 TEST_CASE("char_gpt --checkpoint X --resume X continues a run in place", "[samples][char-gpt][hostile]") {
   TextDir t;
   REQUIRE(run_char_gpt(t.dir, "--data input.txt --checkpoint run.st" + kTiny).exit_code == 0);
@@ -421,7 +444,7 @@ TEST_CASE("fashion_mnist an IDX file that is a FIFO or a folder is refused namin
                 {"--data-dir " + dir.file("t10k-labels-idx1-ubyte.gz"), "is a folder"});
 }
 
-TEST_CASE("fashion_mnist outputs naming an input or each other are refused and leave the files as they were", "[samples][fashion-mnist][hostile]") {
+TEST_CASE("fashion_mnist outputs naming an input, each other or a FIFO are refused and leave the files as they were", "[samples][fashion-mnist][hostile]") {
   TempDir dir;
   const std::string idx = dir.file("train-labels-idx1-ubyte");
   write_bytes(idx, "not really IDX");
@@ -435,6 +458,8 @@ TEST_CASE("fashion_mnist outputs naming an input or each other are refused and l
                 {"--plot old.st", "--resume old.st"});
   check_refused(run_fashion_mnist(dir, "--metrics m.csv --profile ./m.csv" + data_dir), "fashion_mnist",
                 {"--profile ./m.csv", "--metrics m.csv"});
+  make_fifo(dir.file("fifo"));
+  check_refused(run_fashion_mnist(dir, "--metrics fifo" + data_dir), "fashion_mnist", {"--metrics fifo", "is a FIFO"});
   CHECK(read_bytes(idx) == "not really IDX");
   CHECK(read_bytes(dir.file("old.st")) == "an old checkpoint");
   CHECK(!std::filesystem::exists(dir.file("run.st")));
