@@ -80,18 +80,18 @@ RunMemory estimate_run_memory(const GPTConfig& c, int64_t batch_size, int64_t gr
   auto add = [&](int64_t a, int64_t b, const char* what) { return checked_add(a, b, c, batch_size, grad_accum, what); };
   const int64_t V = c.vocab_size, T = c.block_size, L = c.n_layer, C = c.n_embd, B = batch_size;
   // GPT::parameter_count's formula, each step checked.
-  const int64_t per_block = add(mul(12, mul(C, C, "--n-embd squared"), "a block's parameters"),
-                                mul(13, C, "a block's parameters"), "a block's parameters");
-  int64_t params = add(mul(V, C, "the token embedding"), mul(T, C, "the position embedding"), "the parameters");
-  params = add(params, mul(L, per_block, "the parameters of the blocks"), "the parameters");
-  params = add(params, mul(2, C, "the final LayerNorm"), "the parameters");
+  const int64_t per_block = add(mul(12, mul(C, C, "--n-embd squared"), "a block's parameter count"),
+                                mul(13, C, "a block's parameter count"), "a block's parameter count");
+  int64_t params = add(mul(V, C, "the token embedding's size"), mul(T, C, "the position embedding's size"), "the parameter count");
+  params = add(params, mul(L, per_block, "the blocks' parameter count"), "the parameter count");
+  params = add(params, mul(2, C, "the final LayerNorm's size"), "the parameter count");
   const int64_t tokens = mul(B, T, "--batch-size × --block-size (tokens of a micro-batch)");
   mul(tokens, grad_accum, "--batch-size × --block-size × --grad-accum (tokens of a step)");
-  const int64_t btc = mul(tokens, C, "--batch-size × --block-size × --n-embd (a micro-batch's activations)");
-  const int64_t per_layer = mul(20, btc, "a block's activations");
-  int64_t values = add(mul(L, per_layer, "the activations of the blocks"), mul(2, btc, "the embeddings' activations"),
-                       "the activations");
-  values = add(values, mul(3, mul(tokens, V, "the logits"), "the logits"), "the activations");
+  const int64_t btc = mul(tokens, C, "--batch-size × --block-size × --n-embd (a micro-batch's activation count)");
+  const int64_t per_layer = mul(20, btc, "a block's activation count");
+  int64_t values = add(mul(L, per_layer, "the blocks' activation count"), mul(2, btc, "the embeddings' activation count"),
+                       "the activation count");
+  values = add(values, mul(3, mul(tokens, V, "the logits' size"), "the logits' size"), "the activation count");
   RunMemory m;
   m.parameters = params;
   m.state_bytes = 16.0 * static_cast<double>(params);

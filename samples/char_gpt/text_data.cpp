@@ -69,7 +69,7 @@ std::vector<int64_t> Vocabulary::encode(const std::string& text, const std::stri
     const int64_t id = index_[static_cast<unsigned char>(text[i])];
     MINIDL_CHECK(id >= 0, "char_gpt: ", what, ": character ", static_cast<int>(static_cast<unsigned char>(text[i])),
                  " ('", std::string(1, text[i]), "') at position ", i, " is not in the vocabulary of ", size(),
-                 " characters the model was trained on");
+                 " characters of the text the model is trained on");
     out.push_back(id);
   }
   return out;
