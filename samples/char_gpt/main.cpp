@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
                  "gradients and stepped weights to this safetensors file and exit (bench/char_gpt_parity.py)");
   app.footer("The number of threads is OMP_NUM_THREADS (default: every CPU). Over several processes (mpirun) each "
              "draws its own batches (seed + rank) and the gradients are averaged; rank 0 evaluates and saves.");
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = samples::parse_flags(app, argc, argv, "char_gpt"); status >= 0) return status;
 
   int world = 1, rank = 0;
   std::string doing = "checking the flags";  // what an out-of-memory error says was under way

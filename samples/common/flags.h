@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <iostream>
 #include <limits>
 #include <new>
 #include <string>
@@ -96,6 +97,24 @@ inline std::vector<int64_t> parse_hidden_sizes(const std::string& text, const st
     out.push_back(v);
   }
   return out;
+}
+
+// Parses the command line as CLI11_PARSE does, but a bad flag is one line on stderr,
+// "program: --flag: what was expected ...", and exit status 1, as every other error of the
+// samples. Returns -1 when the program goes on, else its exit status (0 after --help, which
+// CLI11 prints).
+inline int parse_flags(CLI::App& app, int argc, char** argv, const std::string& program) {
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string line;
+    for (char c : std::string(e.what())) line += c == '\n' ? ' ' : c;
+    std::cerr << program << ": " << line << " (run with --help for the flags)\n";
+    return 1;
+  }
 }
 
 // What a sample's main prints for the exception in flight, as one line "program: message".

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "samples per global batch (over all processes)")->check(samples::positive_integer<int64_t>());
   app.add_option("--lr", lr, "SGD learning rate")->check(samples::non_negative_real());
   app.add_option("--seed", seed, "seed for the weights, the data and the shuffling")->check(samples::seed_value());
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = samples::parse_flags(app, argc, argv, "distributed_data_parallel"); status >= 0) return status;
 
   int rank = 0, world = 1;
   try {

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       "must exist and be writable; they are checked before training starts, as are the inputs (--resume and the "
       "IDX files of --data-dir must be regular, readable files) and that no output names an input or another output "
       "(--checkpoint X --resume X continues a run in place).");
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = samples::parse_flags(app, argc, argv, "fashion_mnist"); status >= 0) return status;
 
   int world = 1, rank = 0;
   std::string doing = "checking the flags";  // what an out-of-memory error says was under way

@@ -426,6 +426,18 @@ TEST_CASE("char_gpt a --prompt outside the vocabulary of the --from checkpoint i
   check_refused(run_char_gpt(t.dir, "--from run.st --sample 5 --temperature 0"), "char_gpt", {"--temperature"});
 }
 
+TEST_CASE("char_gpt a flag value CLI11 refuses is one error line and exit 1, and --help still exits 0", "[samples][char-gpt][hostile]") {
+  TextDir t;
+  check_refused(run_char_gpt(t.dir, "--data input.txt --n-layer abc"), "char_gpt",
+                {"--n-layer", "expected a positive integer", "got 'abc'", "run with --help"});
+  check_refused(run_char_gpt(t.dir, "--data input.txt --top-k -1"), "char_gpt", {"--top-k", "got '-1'"});
+  check_refused(run_char_gpt(t.dir, "--no-such-flag"), "char_gpt", {"--no-such-flag"});
+  const Outcome help = run_char_gpt(t.dir, "--help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.err_lines.empty());
+  CHECK_THAT(help.out, Catch::Contains("--temperature"));
+}
+
 TEST_CASE("fashion_mnist --resume naming a FIFO is refused without blocking", "[samples][fashion-mnist][hostile]") {
   TempDir dir;
   make_fifo(dir.file("fifo"));
