@@ -121,14 +121,17 @@ inline int parse_flags(CLI::App& app, int argc, char** argv, const std::string& 
 // Call it from a `catch (...)` handler: it rethrows and sorts the exception, minidl::Error
 // first (its message as it is), then std::bad_alloc (memory ran out while `doing`, e.g.
 // "building the model", and `memory_hint`, the flags that would lower the need), then any other
-// std::exception, then anything else. A message of several lines is joined with "; ", so
-// the error is one line on stderr whatever threw it.
+// std::exception, then anything else. An allocator's OutOfMemory (a minidl::Error) reads as
+// bad_alloc does, with its own message in parentheses. A message of several lines is joined
+// with "; ", so the error is one line on stderr whatever threw it.
 inline std::string failure_line(const std::string& program, const std::string& doing = "",
                                 const std::string& memory_hint = "") {
   std::string message;
   const std::string while_doing = doing.empty() ? "" : " while " + doing;
   try {
     throw;
+  } catch (const OutOfMemory& e) {  // a minidl::Error from an allocator: the same advice as bad_alloc's
+    message = "out of memory" + while_doing + " (" + e.what() + ")" + (memory_hint.empty() ? "" : "; " + memory_hint);
   } catch (const Error& e) {
     message = e.what();
   } catch (const std::bad_alloc&) {

@@ -175,6 +175,8 @@ TEST_CASE("failure_line gives one line for a minidl Error, bad_alloc, another ex
   CHECK(line_of([] { throw Error("first\nsecond\n"); }) == "prog: first; second");
   CHECK(line_of([] { throw std::bad_alloc(); }, "building the model", "lower --n-layer") ==
         "prog: out of memory while building the model (std::bad_alloc); lower --n-layer");
+  CHECK(line_of([] { throw OutOfMemory("cpu allocator: failed to allocate 64 bytes"); }, "training", "lower --n-layer") ==
+        "prog: out of memory while training (cpu allocator: failed to allocate 64 bytes); lower --n-layer");
   CHECK(line_of([] { throw std::out_of_range("vector::at"); }, "training") ==
         "prog: unexpected error while training: vector::at");
   CHECK(line_of([] { throw 42; }) == "prog: unexpected error (an exception of unknown type)");
@@ -476,5 +478,14 @@ TEST_CASE("fashion_mnist outputs naming an input, each other or a FIFO are refus
   CHECK(read_bytes(dir.file("old.st")) == "an old checkpoint");
   CHECK(!std::filesystem::exists(dir.file("run.st")));
 }
+
+#ifdef MINIDL_SEED_TRAIN_BINARY
+TEST_CASE("seed_train a flag value CLI11 refuses is one error line and exit 1", "[samples][seed_train][hostile]") {
+  TempDir dir;
+  check_refused(run_in(dir, MINIDL_SEED_TRAIN_BINARY, "--epochs 0"), "seed_train",
+                {"--epochs", "expected a positive integer", "got '0'"});
+  check_refused(run_in(dir, MINIDL_SEED_TRAIN_BINARY, "--device nowhere --epochs 1"), "seed_train", {"nowhere"});
+}
+#endif  // MINIDL_SEED_TRAIN_BINARY
 
 #endif  // MINIDL_CHAR_GPT_BINARY && MINIDL_FASHION_MNIST_BINARY
