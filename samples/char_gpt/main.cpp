@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include "parallel/process_group.h"
@@ -39,6 +40,16 @@ void check_checkpoint_file(const std::string& path, const std::string& flag) {
   const uint64_t available = samples::available_memory_bytes();
   samples::check_input_file(path, flag, available > 0 ? available : UINT64_MAX,
                             "the memory available: a checkpoint is read whole");
+}
+
+// The processes of this job on this machine, from the launcher's environment (1 when none
+// says): each holds a whole run's memory, so they share what is available.
+uint64_t processes_on_this_machine() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && std::atoi(value) > 1) return static_cast<uint64_t>(std::atoi(value));
+  }
+  return 1;
 }
 
 }  // namespace
@@ -159,8 +170,8 @@ int main(int argc, char** argv) {
     // The sizes' products and the memory the run needs, before the model is built. On a GPU the
     // micro-batches run in the device's memory, which its allocator checks.
     const bool on_gpu = c.device.rfind("cuda", 0) == 0 || (c.device == "auto" && cuda_is_available());
-    check_run_fits(model_config(c, data.vocab.size()), c.batch_size, c.grad_accum, samples::available_memory_bytes(),
-                   !on_gpu);
+    check_run_fits(model_config(c, data.vocab.size()), c.batch_size, c.grad_accum,
+                   samples::available_memory_bytes() / processes_on_this_machine(), !on_gpu);
     doing = "building the model and its optimizer";
     if (!dump_grads.empty()) {
       dump_one_step(c, data, dump_grads);

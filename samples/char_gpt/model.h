@@ -55,8 +55,8 @@ struct RunMemory {
 RunMemory estimate_run_memory(const GPTConfig& c, int64_t batch_size, int64_t grad_accum = 1);
 
 // Before anything is built: refuses sizes whose products overflow int64, and a run whose
-// estimate exceeds `available_bytes` (0: unknown, not compared), with a message giving both in
-// GiB and the flags to lower. `activations_on_host`: the micro-batches run on the CPU; on a
+// estimate exceeds `available_bytes` (this process's share of the memory; 0: unknown, not
+// compared), with a message giving both in GiB and the flags to lower. `activations_on_host`: the micro-batches run on the CPU; on a
 // GPU only the model built on the host before its move is compared (the device's allocator
 // reports its own shortage).
 void check_run_fits(const GPTConfig& c, int64_t batch_size, int64_t grad_accum, uint64_t available_bytes,
