@@ -244,8 +244,14 @@ int main(int argc, char** argv) {
                 warmup * 100, seed_steps, repeats);
     bench_steps(Workload{"mlp", make_mlp, batch, 784, 10}, device, replicas, warmup, steps, repeats);
     if (!skip_all_reduce) bench_all_reduce(device, replicas, repeats);
+  } catch (const std::bad_alloc&) {  // one line and status 1 whatever was thrown
+    std::fprintf(stderr, "bench_data_parallel: out of memory while building the benchmark's tensors (std::bad_alloc)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_data_parallel: %s\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "bench_data_parallel: unexpected error (an exception of unknown type)\n");
     return 1;
   }
   return 0;

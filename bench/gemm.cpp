@@ -170,8 +170,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%38s minidl at %.0f%% of OpenBLAS\n", "", 100.0 * blas_seconds / d.minidl_seconds);
     }
 #endif
+  } catch (const std::bad_alloc&) {  // one line and status 1 whatever was thrown
+    std::fprintf(stderr, "bench_gemm: out of memory while building the benchmark's tensors (std::bad_alloc)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "bench_gemm: unexpected error (an exception of unknown type)\n");
     return 1;
   }
   return 0;

@@ -280,8 +280,14 @@ int main(int argc, char** argv) {
       std::printf(",\"us_per_step_profiled\":%.3f,\"profiled_ratio\":%.4f", t.us_profiled, t.us_profiled / t.us);
     std::printf("}\n");
     if (!profile.trace.empty()) profile_steps(run, profile, profile.trace, "the seed step on " + device.str());
+  } catch (const std::bad_alloc&) {  // one line and status 1 whatever was thrown
+    std::fprintf(stderr, "bench_train_step: out of memory while building the benchmark's tensors (std::bad_alloc)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "bench_train_step: unexpected error (an exception of unknown type)\n");
     return 1;
   }
   return 0;

@@ -2,6 +2,7 @@
 #include "samples/char_gpt/model.h"
 
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 #include "core/ops.h"
@@ -32,6 +33,95 @@ void check_config(const GPTConfig& c) {
   MINIDL_CHECK(c.n_embd > 0 && c.n_embd % c.n_head == 0, "char_gpt: --n-embd (", c.n_embd,
                ") must be a positive multiple of --n-head (", c.n_head, "): each head gets n_embd / n_head channels");
   MINIDL_CHECK(c.dropout >= 0 && c.dropout < 1, "char_gpt: --dropout must be in [0, 1), got ", c.dropout);
+}
+
+namespace {
+
+// a * b, or an error naming every size when it does not fit in int64.
+int64_t checked_mul(int64_t a, int64_t b, const GPTConfig& c, int64_t batch_size, int64_t grad_accum,
+                    const char* what) {
+  int64_t r = 0;
+  MINIDL_CHECK(!__builtin_mul_overflow(a, b, &r), "char_gpt: ", what, " overflows a 64-bit integer with --n-layer ",
+               c.n_layer, ", --n-head ", c.n_head, ", --n-embd ", c.n_embd, ", --block-size ", c.block_size,
+               ", --batch-size ", batch_size, ", --grad-accum ", grad_accum, " (vocabulary ", c.vocab_size,
+               "); lower them");
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const GPTConfig& c, int64_t batch_size, int64_t grad_accum,
+                    const char* what) {
+  int64_t r = 0;
+  MINIDL_CHECK(!__builtin_add_overflow(a, b, &r), "char_gpt: ", what, " overflows a 64-bit integer with --n-layer ",
+               c.n_layer, ", --n-head ", c.n_head, ", --n-embd ", c.n_embd, ", --block-size ", c.block_size,
+               ", --batch-size ", batch_size, ", --grad-accum ", grad_accum, "; lower them");
+  return r;
+}
+
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+}  // namespace
+
+// How the estimate is made (float32, 4 bytes a value):
+//   state        16 bytes a parameter: the weight, its gradient, AdamW's exp_avg and exp_avg_sq.
+//   activations  what autograd keeps of one micro-batch of B x T tokens, C wide: per block about
+//                20·B·T·C values (the residual input, ln_1, the fused qkv 3·BTC, the attention
+//                output and its merged copy, c_proj, the residual, ln_2, c_fc 4·BTC, GELU 4·BTC,
+//                mlp.c_proj, the residual, with a little slack for the gradients backward
+//                holds at once); the fused attention never stores the T x T scores. Then the
+//                embeddings' 2·B·T·C and the logits, their softmax and gradient, 3·B·T·V.
+// grad_accum adds no memory (micro-batches run one after another) but its product with the
+// batch, the tokens of one step, must fit in int64 too. The allocator's caching and a step's
+// short-lived temporaries come on top, so this is a floor: a run refused by it cannot fit.
+RunMemory estimate_run_memory(const GPTConfig& c, int64_t batch_size, int64_t grad_accum) {
+  check_config(c);
+  MINIDL_CHECK(batch_size > 0, "char_gpt: --batch-size must be positive, got ", batch_size);
+  MINIDL_CHECK(grad_accum > 0, "char_gpt: --grad-accum must be positive, got ", grad_accum);
+  auto mul = [&](int64_t a, int64_t b, const char* what) { return checked_mul(a, b, c, batch_size, grad_accum, what); };
+  auto add = [&](int64_t a, int64_t b, const char* what) { return checked_add(a, b, c, batch_size, grad_accum, what); };
+  const int64_t V = c.vocab_size, T = c.block_size, L = c.n_layer, C = c.n_embd, B = batch_size;
+  // GPT::parameter_count's formula, each step checked.
+  const int64_t per_block = add(mul(12, mul(C, C, "--n-embd squared"), "a block's parameter count"),
+                                mul(13, C, "a block's parameter count"), "a block's parameter count");
+  int64_t params = add(mul(V, C, "the token embedding's size"), mul(T, C, "the position embedding's size"), "the parameter count");
+  params = add(params, mul(L, per_block, "the blocks' parameter count"), "the parameter count");
+  params = add(params, mul(2, C, "the final LayerNorm's size"), "the parameter count");
+  const int64_t tokens = mul(B, T, "--batch-size × --block-size (tokens of a micro-batch)");
+  mul(tokens, grad_accum, "--batch-size × --block-size × --grad-accum (tokens of a step)");
+  const int64_t btc = mul(tokens, C, "--batch-size × --block-size × --n-embd (a micro-batch's activation count)");
+  const int64_t per_layer = mul(20, btc, "a block's activation count");
+  int64_t values = add(mul(L, per_layer, "the blocks' activation count"), mul(2, btc, "the embeddings' activation count"),
+                       "the activation count");
+  values = add(values, mul(3, mul(tokens, V, "the logits' size"), "the logits' size"), "the activation count");
+  RunMemory m;
+  m.parameters = params;
+  m.state_bytes = 16.0 * static_cast<double>(params);
+  m.activation_bytes = 4.0 * static_cast<double>(values);
+  return m;
+}
+
+void check_run_fits(const GPTConfig& c, int64_t batch_size, int64_t grad_accum, uint64_t available_bytes,
+                    bool activations_on_host) {
+  const RunMemory m = estimate_run_memory(c, batch_size, grad_accum);
+  if (available_bytes == 0) return;  // unknown: nothing to compare with
+  const double available = static_cast<double>(available_bytes);
+  char text[512];
+  if (activations_on_host) {
+    if (m.total_bytes() <= available) return;
+    std::snprintf(text, sizeof text,
+                  "char_gpt: this run needs about %.2f GiB (%lld parameters with their gradients and AdamW's two "
+                  "moments: %.2f GiB; one micro-batch's activations: %.2f GiB) but %.2f GiB of memory is available; "
+                  "lower --n-layer, --n-embd, --batch-size or --block-size",
+                  gib(m.total_bytes()), static_cast<long long>(m.parameters), gib(m.state_bytes),
+                  gib(m.activation_bytes), gib(available));
+  } else {
+    const double weights = m.state_bytes / 4;  // built on the host, then moved
+    if (weights <= available) return;
+    std::snprintf(text, sizeof text,
+                  "char_gpt: the model's %lld parameters need %.2f GiB on the host before they move to the device "
+                  "but %.2f GiB of memory is available; lower --n-layer or --n-embd",
+                  static_cast<long long>(m.parameters), gib(weights), gib(available));
+  }
+  throw Error(text);
 }
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)

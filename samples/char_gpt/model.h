@@ -44,6 +44,24 @@ struct GPTConfig {
 // An error naming the field for sizes that cannot build a model.
 void check_config(const GPTConfig& c);
 
+// A training run's memory, estimated from the sizes alone (model.cpp says how). Every product
+// of the sizes is checked: one that overflows int64 is an error naming the flags.
+struct RunMemory {
+  int64_t parameters = 0;       // GPT::parameter_count
+  double state_bytes = 0;       // the weights, their gradients and AdamW's two moments
+  double activation_bytes = 0;  // what one micro-batch's forward and backward hold
+  double total_bytes() const { return state_bytes + activation_bytes; }
+};
+RunMemory estimate_run_memory(const GPTConfig& c, int64_t batch_size, int64_t grad_accum = 1);
+
+// Before anything is built: refuses sizes whose products overflow int64, and a run whose
+// estimate exceeds `available_bytes` (this process's share of the memory; 0: unknown, not
+// compared), with a message giving both in GiB and the flags to lower. `activations_on_host`: the micro-batches run on the CPU; on a
+// GPU only the model built on the host before its move is compared (the device's allocator
+// reports its own shortage).
+void check_run_fits(const GPTConfig& c, int64_t batch_size, int64_t grad_accum, uint64_t available_bytes,
+                    bool activations_on_host = true);
+
 class CausalSelfAttention : public nn::Module {
  public:
   explicit CausalSelfAttention(const GPTConfig& c);

@@ -1,14 +1,19 @@
 // Vocabulary, split and batches of the character-level data.
 #include "samples/char_gpt/text_data.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <new>
 #include <sstream>
 
 #include "core/error.h"
+#include "samples/common/input_files.h"
 
 namespace minidl::char_gpt {
 
@@ -64,7 +69,7 @@ std::vector<int64_t> Vocabulary::encode(const std::string& text, const std::stri
     const int64_t id = index_[static_cast<unsigned char>(text[i])];
     MINIDL_CHECK(id >= 0, "char_gpt: ", what, ": character ", static_cast<int>(static_cast<unsigned char>(text[i])),
                  " ('", std::string(1, text[i]), "') at position ", i, " is not in the vocabulary of ", size(),
-                 " characters the model was trained on");
+                 " characters of the text the model is trained on");
     out.push_back(id);
   }
   return out;
@@ -91,6 +96,12 @@ TextData make_text_data(const std::string& text) {
 }
 
 std::string read_text_file(const std::string& path) {
+  // A path that exists must be a regular file of a sane size before it is opened: a FIFO would
+  // block the read forever, a folder or /dev/zero would fail or never end.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0)
+    samples::check_input_file(path, "--data", kMaxTextBytes,
+                              "the text and its tokens are held in memory, about 17 bytes a character");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const bool is_default = path == default_data_path();
@@ -110,13 +121,26 @@ Batch get_batch(const std::vector<int64_t>& data, int64_t batch_size, int64_t bl
                batch_size, " and ", block_size);
   MINIDL_CHECK(len > block_size, "char_gpt: the ", split, " split holds ", len, " characters; a window of --block-size ",
                block_size, " needs at least ", block_size + 1, " (use a longer text or a smaller --block-size)");
-  std::vector<int64_t> x(static_cast<size_t>(batch_size * block_size)), y(x.size());
-  for (int64_t b = 0; b < batch_size; ++b) {
-    const auto start = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(len - block_size)));
-    std::copy_n(data.begin() + start, block_size, x.begin() + b * block_size);
-    std::copy_n(data.begin() + start + 1, block_size, y.begin() + b * block_size);
+  // B·T tokens, twice (x and y), 8 bytes each, then copied into two tensors: the product and
+  // its bytes must fit before anything is allocated.
+  int64_t tokens = 0;
+  MINIDL_CHECK(!__builtin_mul_overflow(batch_size, block_size, &tokens) &&
+                   tokens <= std::numeric_limits<int64_t>::max() / 32,
+               "char_gpt: a batch of --batch-size ", batch_size, " × --block-size ", block_size,
+               " tokens overflows a 64-bit size; expected a product below ", std::numeric_limits<int64_t>::max() / 32);
+  try {
+    std::vector<int64_t> x(static_cast<size_t>(tokens)), y(x.size());
+    for (int64_t b = 0; b < batch_size; ++b) {
+      const auto start = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(len - block_size)));
+      std::copy_n(data.begin() + start, block_size, x.begin() + b * block_size);
+      std::copy_n(data.begin() + start + 1, block_size, y.begin() + b * block_size);
+    }
+    return {from_vector(x, Shape{batch_size, block_size}), from_vector(y, Shape{batch_size, block_size})};
+  } catch (const std::bad_alloc&) {
+    throw Error(detail::make_message("char_gpt: out of memory for a batch of --batch-size ", batch_size,
+                                     " × --block-size ", block_size, " tokens (", samples::format_bytes(32.0 * tokens),
+                                     "); lower --batch-size or --block-size"));
   }
-  return {from_vector(x, Shape{batch_size, block_size}), from_vector(y, Shape{batch_size, block_size})};
 }
 
 }  // namespace minidl::char_gpt

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,13 @@ struct TextData {
 
 // nanoGPT's split: n = int(0.9 * len); train = data[:n], val = data[n:].
 TextData make_text_data(const std::string& text);
+// The largest text read_text_file takes: 1 GiB (its tokens and their split take 16 bytes more
+// a character, all in memory).
+constexpr uint64_t kMaxTextBytes = uint64_t{1} << 30;
+
 // Reads the whole file (an error naming it when missing or empty; the default path's error says
-// how to fetch the corpus).
+// how to fetch the corpus). A FIFO, a folder, a device or a file over kMaxTextBytes is an
+// error naming --data, found before the file is opened (samples/common/input_files.h).
 std::string read_text_file(const std::string& path);
 
 struct Batch {

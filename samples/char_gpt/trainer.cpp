@@ -14,14 +14,9 @@
 // evaluations fall elsewhere still trains the same weights.
 #include "samples/char_gpt/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <ostream>
 
 #include "core/autograd.h"
@@ -31,6 +26,7 @@
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
 #include "parallel/process_group.h"
+#include "samples/common/input_files.h"
 #include "samples/common/parallel_model.h"
 #include "samples/common/train_loop.h"
 
@@ -44,18 +40,6 @@ constexpr uint64_t kEvalOffset = uint64_t{1} << 62;
 
 // ---- config ----
 
-void check_output_path(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  const std::filesystem::path p(path);
-  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  std::error_code ec;
-  MINIDL_CHECK(!p.filename().empty() && !std::filesystem::is_directory(p, ec), "char_gpt: ", flag, " ", path,
-               " names a folder; expected a file path");
-  MINIDL_CHECK(std::filesystem::is_directory(dir, ec), "char_gpt: ", flag, " ", path, ": the folder ", dir.string(),
-               " does not exist (create it first)");
-  MINIDL_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "char_gpt: ", flag, " ", path, ": the folder ", dir.string(),
-               " is not writable: ", std::strerror(errno));
-}
 
 // The iteration where the cosine reaches min_lr in a new run: --lr-decay-iters, else --iters
 // (nanoGPT's), and never before the warm-up ends (a run no longer than its warm-up never decays;
@@ -82,7 +66,7 @@ void check_trainer_config(const TrainerConfig& c, bool writes) {
                c.eval_interval, " and ", c.eval_iters);
   MINIDL_CHECK(c.stop_after >= 0, "char_gpt: --stop-after must be >= 0, got ", c.stop_after);
   MINIDL_CHECK(c.dropout >= 0 && c.dropout < 1, "char_gpt: --dropout must be in [0, 1), got ", c.dropout);
-  if (writes) check_output_path(c.checkpoint, "--checkpoint");
+  if (writes) samples::check_output_folder(c.checkpoint, "--checkpoint");
 }
 
 // What a checkpoint must agree with to be continued by this config (the vocabulary is checked
@@ -315,7 +299,7 @@ TrainingResult train(const TrainerConfig& config, const TextData& data, std::ost
 
 void dump_one_step(const TrainerConfig& config, const TextData& data, const std::string& path) {
   check_trainer_config(config, true);
-  check_output_path(path, "--dump-grads");
+  samples::check_output_folder(path, "--dump-grads");
   MINIDL_CHECK(config.dropout == 0, "char_gpt: --dump-grads needs --dropout 0 (a dropout mask cannot be reproduced ",
                "elsewhere), got ", config.dropout);
   const Device device = samples::resolve_device(config.device);

@@ -11,7 +11,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <iostream>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -94,6 +97,57 @@ inline std::vector<int64_t> parse_hidden_sizes(const std::string& text, const st
     out.push_back(v);
   }
   return out;
+}
+
+// Parses the command line as CLI11_PARSE does, but a bad flag is one line on stderr,
+// "program: --flag: what was expected ...", and exit status 1, as every other error of the
+// samples. Returns -1 when the program goes on, else its exit status (0 after --help, which
+// CLI11 prints).
+inline int parse_flags(CLI::App& app, int argc, char** argv, const std::string& program) {
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string line;
+    for (char c : std::string(e.what())) line += c == '\n' ? ' ' : c;
+    std::cerr << program << ": " << line << " (run with --help for the flags)\n";
+    return 1;
+  }
+}
+
+// What a sample's main prints for the exception in flight, as one line "program: message".
+// Call it from a `catch (...)` handler: it rethrows and sorts the exception, minidl::Error
+// first (its message as it is), then std::bad_alloc (memory ran out while `doing`, e.g.
+// "building the model", and `memory_hint`, the flags that would lower the need), then any other
+// std::exception, then anything else. An allocator's OutOfMemory (a minidl::Error) reads as
+// bad_alloc does, with its own message in parentheses. A message of several lines is joined
+// with "; ", so the error is one line on stderr whatever threw it.
+inline std::string failure_line(const std::string& program, const std::string& doing = "",
+                                const std::string& memory_hint = "") {
+  std::string message;
+  const std::string while_doing = doing.empty() ? "" : " while " + doing;
+  try {
+    throw;
+  } catch (const OutOfMemory& e) {  // a minidl::Error from an allocator: the same advice as bad_alloc's
+    message = "out of memory" + while_doing + " (" + e.what() + ")" + (memory_hint.empty() ? "" : "; " + memory_hint);
+  } catch (const Error& e) {
+    message = e.what();
+  } catch (const std::bad_alloc&) {
+    message = "out of memory" + while_doing + " (std::bad_alloc)" + (memory_hint.empty() ? "" : "; " + memory_hint);
+  } catch (const std::exception& e) {
+    message = std::string("unexpected error") + while_doing + ": " + e.what();
+  } catch (...) {
+    message = "unexpected error" + while_doing + " (an exception of unknown type)";
+  }
+  std::string line;
+  for (size_t i = 0; i < message.size(); ++i) {
+    if (message[i] != '\n') line.push_back(message[i]);
+    else if (i + 1 < message.size() && message[i + 1] != '\n') line += "; ";
+  }
+  const std::string prefix = program + ":";
+  return line.rfind(prefix, 0) == 0 ? line : prefix + " " + line;  // the trainers' messages carry the name already
 }
 
 }  // namespace minidl::samples

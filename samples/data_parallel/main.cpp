@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", replicas, "CPU replicas, when running on the CPU")
       ->check(samples::positive_integer<int>());
   app.add_option("--seed", seed, "seed for the weights, the data and the shuffling")->check(samples::seed_value());
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = samples::parse_flags(app, argc, argv, "data_parallel"); status >= 0) return status;
 
   try {
     std::printf("%s %s\n", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("Finished Training\n");
-  } catch (const Error& e) {
-    std::cerr << "data_parallel: " << e.what() << "\n";
+  } catch (...) {
+    // One line whatever was thrown, exit status 1 (samples/common/flags.h).
+    std::cerr << samples::failure_line("data_parallel", "training") << "\n";
     return 1;
   }
   return 0;

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "samples per global batch (over all processes)")->check(samples::positive_integer<int64_t>());
   app.add_option("--lr", lr, "SGD learning rate")->check(samples::non_negative_real());
   app.add_option("--seed", seed, "seed for the weights, the data and the shuffling")->check(samples::seed_value());
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = samples::parse_flags(app, argc, argv, "distributed_data_parallel"); status >= 0) return status;
 
   int rank = 0, world = 1;
   try {
@@ -91,10 +91,13 @@ int main(int argc, char** argv) {
       }
     }
     if (rank == 0) std::printf("Finished Training\n");
-  } catch (const Error& e) {
+  } catch (...) {
     // An error of this rank alone would leave the others in a collective (or in the group's
     // set-up, before world is known): end the job whenever a launcher started several processes.
-    const std::string message = "distributed_data_parallel: rank " + std::to_string(rank) + ": " + e.what();
+    // One line whatever was thrown (samples/common/flags.h), with the rank after the name.
+    const std::string prefix = "distributed_data_parallel:";
+    const std::string line = samples::failure_line("distributed_data_parallel", "training");
+    const std::string message = prefix + " rank " + std::to_string(rank) + ":" + line.substr(prefix.size());
     if (world > 1 || parallel::launched_with_several_processes()) parallel::abort_job(1, message);
     std::cerr << message << "\n";
     return 1;

@@ -8,16 +8,49 @@
 //   mpirun -n 2 fashion_mnist --checkpoint run.safetensors   # one process per device (docs/distributed.md)
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <vector>
 
 #include "data/mnist.h"
 #include "parallel/process_group.h"
-#include "samples/fashion_mnist/trainer.h"
 #include "samples/common/flags.h"
+#include "samples/common/input_files.h"
+#include "samples/common/parallel_model.h"
+#include "samples/fashion_mnist/trainer.h"
 
 using namespace minidl;
 using namespace minidl::fashion_mnist;
+
+namespace {
+
+// The IDX files data::load_fashion_mnist will read from `dir`, each checked as an input
+// (samples/common/input_files.h): the plain file when it is a regular file, else the .gz one,
+// as the loader picks; a path of either name that exists but is no regular file (a FIFO, a
+// folder) is refused here rather than skipped. Files of neither name are left to the loader,
+// whose error says how to install the dataset.
+std::vector<samples::PathFlag> checked_idx_files(const std::string& dir) {
+  constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 30;  // the training images are 47 MB
+  std::vector<samples::PathFlag> files;
+  for (const char* stem : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                           "t10k-labels-idx1-ubyte"}) {
+    const std::string plain = dir + "/" + stem, gz = plain + ".gz";
+    struct stat st {};
+    const bool plain_exists = ::stat(plain.c_str(), &st) == 0, plain_regular = plain_exists && S_ISREG(st.st_mode);
+    const bool gz_exists = ::stat(gz.c_str(), &st) == 0, gz_regular = gz_exists && S_ISREG(st.st_mode);
+    std::string path;
+    if (plain_regular || (plain_exists && !gz_regular)) path = plain;
+    else if (gz_exists) path = gz;
+    if (path.empty()) continue;
+    samples::check_input_file(path, "--data-dir", kMaxIdxBytes, "Fashion-MNIST's largest file is 47 MB");
+    files.push_back({"--data-dir", path});
+  }
+  return files;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"minidl: train an MLP or a CNN on Fashion-MNIST, evaluating test accuracy after every epoch"};
@@ -91,14 +124,33 @@ int main(int argc, char** argv) {
       "error naming the epoch and batch, and exits with status 1. Nothing is saved after the divergence: the "
       "--checkpoint file keeps its last save, whose numbers are all finite, and --resume reads it. A checkpoint "
       "holding NaN or Inf weights is refused, naming the tensor. Output folders (--checkpoint, --metrics, --plot) "
-      "must exist and be writable; they are checked before training starts.");
-  CLI11_PARSE(app, argc, argv);
+      "must exist and be writable; they are checked before training starts, as are the inputs (--resume and the "
+      "IDX files of --data-dir must be regular, readable files) and that no output names an input or another output "
+      "(--checkpoint X --resume X continues a run in place).");
+  if (const int status = samples::parse_flags(app, argc, argv, "fashion_mnist"); status >= 0) return status;
 
   int world = 1, rank = 0;
+  std::string doing = "checking the flags";  // what an out-of-memory error says was under way
   try {
+    // The files the flags name, on every process before anything is read or built: inputs are
+    // regular readable files (never a FIFO, which would block), an existing output is a regular
+    // file, and no output overwrites an input or another output. --checkpoint X --resume X continues a run in place.
+    const std::vector<samples::PathFlag> idx =
+        checked_idx_files(c.data_dir.empty() ? data::default_fashion_mnist_dir() : c.data_dir);
+    if (!c.resume.empty()) {
+      const uint64_t available = samples::available_memory_bytes();
+      samples::check_input_file(c.resume, "--resume", available > 0 ? available : UINT64_MAX,
+                                "the memory available: a checkpoint is read whole");
+    }
+    const std::vector<samples::PathFlag> outputs{
+        {"--checkpoint", c.checkpoint}, {"--metrics", c.metrics}, {"--plot", c.plot}, {"--profile", c.profile.trace}};
+    for (const samples::PathFlag& output : outputs) samples::check_output_file(output.path, output.flag);
+    samples::check_no_alias(outputs, idx);
+    samples::check_no_alias(std::vector<samples::PathFlag>(outputs.begin() + 1, outputs.end()), {{"--resume", c.resume}});
+
     // Started by an MPI launcher with several processes: one process per device, rank 0 speaks.
     if (parallel::launched_with_several_processes()) {
-      c.group = parallel::make_process_group();
+      c.group = samples::process_group_for(c.device);  // --device honoured: cpu, cuda (cuda:<local rank>) or auto
       world = c.group->world_size();
       rank = c.group->rank();
       if (rank != 0) progress = "none";
@@ -110,6 +162,7 @@ int main(int argc, char** argv) {
     else if (progress == "lines") c.progress = ProgressStyle::Lines;
     else c.progress = ProgressStyle::Quiet;
 
+    doing = "loading Fashion-MNIST";
     const Datasets data = load_datasets(c);
     if (c.progress != ProgressStyle::Quiet) {
       std::cout << "Fashion-MNIST: " << data.train->size() << " training and " << data.test->size()
@@ -121,18 +174,18 @@ int main(int argc, char** argv) {
         std::cout << world << " processes (" << c.group->backend_name() << "), each " << c.group->device()
                   << ", a shard of every batch\n";
     }
+    doing = "training";
     const TrainingResult result = train(c, data, std::cout);
     if (!result.history.empty() && c.progress != ProgressStyle::Quiet) {
       std::cout << "final test accuracy " << 100 * result.history.back().test_acc << "% after epoch "
                 << result.history.back().epoch << "\n";
     }
-  } catch (const Error& e) {
-    // Over several processes an error may be this rank's alone while the others wait in a
-    // collective: end the whole job (Note [a failed rank] in parallel/process_group.h).
-    const std::string what = e.what();  // the trainer's own messages already start with the name
-    const std::string shown = (what.rfind("fashion_mnist:", 0) == 0 ? "" : "fashion_mnist: ") + what;
-    // The group's set-up may fail on some ranks only (before world is known): the launcher's
-    // word decides, not world.
+  } catch (...) {
+    // One line whatever was thrown (samples/common/flags.h), exit status 1. Over several
+    // processes an error may be this rank's alone while the others wait in a collective: end
+    // the whole job (Note [a failed rank] in parallel/process_group.h). The group's set-up may
+    // fail on some ranks only (before world is known): the launcher's word decides, not world.
+    const std::string shown = samples::failure_line("fashion_mnist", doing, "lower --batch-size or the layer sizes");
     if (world > 1 || parallel::launched_with_several_processes())
       parallel::abort_job(1, shown + " (rank " + std::to_string(rank) + ")");
     std::cerr << shown << "\n";

@@ -1,25 +1,13 @@
 // The Fashion-MNIST trainer: config checks, the model, optimizer and schedule, and the task the
 // shared training loop runs (samples/common/train_loop.h: resume, epochs, evaluation,
 // checkpoints, divergence, profiler, progress).
-//
-// Note [what a bit-identical resume needs]: on the CPU every kernel sums in a fixed order, so
-// a step depends only on the parameters, the optimizer state, the lr and the batch. The
-// checkpoint holds the first three exactly; the batch is fixed by the loader position, since an
-// epoch's order is a function of (seed, epoch). The default generator only draws the initial
-// weights, but its state is saved too so that anything drawing later stays reproducible. The
-// interrupted epoch's running loss sum travels along, so its train_loss is the same number.
 #include "samples/fashion_mnist/trainer.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdint>
-#include <optional>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -39,6 +27,7 @@
 #include "parallel/distributed_data_parallel.h"
 #include "samples/fashion_mnist/checkpoint.h"
 #include "samples/fashion_mnist/metrics.h"
+#include "samples/common/input_files.h"
 #include "samples/common/parallel_model.h"
 #include "samples/common/train_loop.h"
 
@@ -57,22 +46,6 @@ std::string join_sizes(const std::vector<int64_t>& sizes, char sep) {
     s += std::to_string(sizes[i]);
   }
   return s;
-}
-
-// An output file the run will write (--checkpoint, --metrics, --plot) must have an existing,
-// writable folder and must not be a folder itself: checked before training, not found out at
-// the end of the first epoch.
-void check_output_path(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  const std::filesystem::path p(path);
-  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  std::error_code ec;
-  MINIDL_CHECK(!p.filename().empty() && !std::filesystem::is_directory(p, ec), "fashion_mnist: ", flag, " ", path,
-               " names a folder; expected a file path");
-  MINIDL_CHECK(std::filesystem::is_directory(dir, ec), "fashion_mnist: ", flag, " ", path, ": the folder ",
-               dir.string(), " does not exist (create it first)");
-  MINIDL_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "fashion_mnist: ", flag, " ", path, ": the folder ",
-               dir.string(), " is not writable: ", std::strerror(errno));
 }
 
 // `writes`: this process writes the outputs (rank 0 of several, or the only one); only a
@@ -101,9 +74,9 @@ void check_config(const TrainerConfig& c, bool writes) {
   MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
                c.stop_after_batches);
   if (!writes) return;
-  check_output_path(c.checkpoint, "--checkpoint");
-  check_output_path(c.metrics, "--metrics");
-  check_output_path(c.plot, "--plot");
+  samples::check_output_folder(c.checkpoint, "--checkpoint");
+  samples::check_output_folder(c.metrics, "--metrics");
+  samples::check_output_folder(c.plot, "--plot");
 }
 
 Device resolve_device(const TrainerConfig& c) { return samples::resolve_device(c.devices.empty() ? c.device : c.devices[0]); }

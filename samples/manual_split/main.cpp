@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "SGD learning rate")->check(samples::non_negative_real());
   app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto (CUDA when available)");
   app.add_option("--seed", seed, "seed for the weights, the data and the shuffling")->check(samples::seed_value());
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = samples::parse_flags(app, argc, argv, "manual_split"); status >= 0) return status;
 
   try {
     std::printf("%s %s\n", cuda_is_available() ? "GPU is available!" : "GPU is not available!",
@@ -72,8 +72,9 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("Finished Training\n");
-  } catch (const Error& e) {
-    std::cerr << "manual_split: " << e.what() << "\n";
+  } catch (...) {
+    // One line whatever was thrown, exit status 1 (samples/common/flags.h).
+    std::cerr << samples::failure_line("manual_split", "training") << "\n";
     return 1;
   }
   return 0;

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "SGD learning rate")->check(samples::non_negative_real());
   app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto (CUDA when available)");
   app.add_option("--seed", seed, "seed for the weights, the data and the shuffling")->check(samples::seed_value());
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = samples::parse_flags(app, argc, argv, "seed_train"); status >= 0) return status;
 
   try {
     // PyTorch: if torch.cuda.is_available(): print("GPU is available!") else: ...
@@ -74,8 +74,9 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("Finished Training\n");
-  } catch (const Error& e) {
-    std::cerr << "seed_train: " << e.what() << "\n";
+  } catch (...) {
+    // One line whatever was thrown, exit status 1 (samples/common/flags.h).
+    std::cerr << samples::failure_line("seed_train", "training") << "\n";
     return 1;
   }
   return 0;

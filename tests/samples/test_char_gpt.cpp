@@ -42,8 +42,8 @@ TEST_CASE("char_gpt: the vocabulary is the sorted distinct characters and encodi
   CHECK(Vocabulary::deserialize(v.serialize()) == v);
   CHECK(v.serialize() == "32,100,101,104,108,111,114,119");
   CHECK(error_message([&] { v.encode("hi!", "--prompt"); }) ==
-        "char_gpt: --prompt: character 105 ('i') at position 1 is not in the vocabulary of 8 characters the model was "
-        "trained on");
+        "char_gpt: --prompt: character 105 ('i') at position 1 is not in the vocabulary of 8 characters of the text "
+        "the model is trained on");
   CHECK_THAT(error_message([] { Vocabulary::from_text(""); }), Catch::Contains("the text is empty"));
   CHECK_THAT(error_message([] { Vocabulary::deserialize("32,10"); }), Catch::Contains("expected increasing byte values"));
 }
