@@ -12,7 +12,7 @@ Device resolve_device(const std::string& flag_value) {
   try {
     return Device(flag_value);
   } catch (const Error& e) {
-    throw Error("--device '" + flag_value + "': " + e.what() + "; expected cpu, cuda, cuda:N or auto");
+    throw Error("--device '" + flag_value + "': " + e.what() + " (or auto: CUDA when available)");
   }
 }
 
