@@ -8,9 +8,9 @@
 // open: a track per host thread and, on CUDA, a track per stream.
 //
 // Why in core/: ops, the autograd engine, storage allocation and the modules above all record
-// into it, and core/ is the one layer all of them see (DESIGN.md's layering). The device half
-// (timestamps queued on a stream, NVTX) goes through Backend::record_timestamp and the NVTX
-// header, so core/ names no device runtime.
+// into it, and core/ is the one layer all of them see (no folder includes one above it: the
+// Layout section of README.md). The device half (timestamps queued on a stream, NVTX) goes
+// through Backend::record_timestamp and the NVTX header, so core/ names no device runtime.
 //
 // Cost when off: each recording point tests one relaxed atomic flag (active()) and does
 // nothing else. Cost when on: two clock reads and a small record per range; on CUDA two
