@@ -160,6 +160,23 @@ struct LinearBackward final : Node {
   std::string name() const override { return "LinearBackward"; }
 };
 
+// y [N, M] = x [N, K]·wᵀ (+ b) on arguments linear() has validated, with the autograd node.
+Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  const Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
+  const Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
+  Tensor y = empty(Shape{x.shape()[0], w.shape()[0]}, x.options());
+  if (y.numel() > 0) backend_for(x.device()).linear_forward(xc, wc, bc, y, relu ? Activation::ReLU : Activation::None);
+  if (autograd::any_requires_grad({&x, &w, &b})) {
+    auto node = std::make_shared<LinearBackward>();
+    node->x = xc;
+    node->w = wc;
+    if (relu) node->y = y.detach();
+    node->has_bias = b.defined();
+    autograd::attach(node, {&x, &w, &b}, y);
+  }
+  return y;
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -203,27 +220,6 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (b.dim() == 1) c = c.squeeze(-1);
   return c;
 }
-
-namespace {
-
-// y [N, M] = x [N, K]·wᵀ (+ b) on arguments linear() has validated, with the autograd node.
-Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
-  const Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
-  const Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
-  Tensor y = empty(Shape{x.shape()[0], w.shape()[0]}, x.options());
-  if (y.numel() > 0) backend_for(x.device()).linear_forward(xc, wc, bc, y, relu ? Activation::ReLU : Activation::None);
-  if (autograd::any_requires_grad({&x, &w, &b})) {
-    auto node = std::make_shared<LinearBackward>();
-    node->x = xc;
-    node->w = wc;
-    if (relu) node->y = y.detach();
-    node->has_bias = b.defined();
-    autograd::attach(node, {&x, &w, &b}, y);
-  }
-  return y;
-}
-
-}  // namespace
 
 // The one shape check of a linear layer: nn::Linear and nn::functional::linear call this op
 // and rely on its messages (nn::Linear adds the layer's name in front).
