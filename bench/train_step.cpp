@@ -10,6 +10,7 @@
 //   {"bench":"seed_step","impl":"minidl","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
 // --profile FILE: then --profile-steps more steps under the profiler (core/profiler.h): its
 //   table on stderr, the Chrome trace in FILE (FILE-b<batch>.json per batch size of a sweep).
+// --profile-group-by-shape: the --profile table has a row per op and input shapes.
 // --profile-overhead: the timed runs again with the profiler recording each; the JSON line gains
 //   us_per_step_profiled and the ratio of the two medians.
 // --graph (CUDA): after the warm-up, one step is captured into a CUDA graph (core/cuda_graph.h)
@@ -82,10 +83,11 @@ double median_of(std::vector<double> v) {
 }
 
 struct BenchFlags {
-  std::string trace;         // --profile
-  int64_t steps = 20;        // --profile-steps
-  bool overhead = false;     // --profile-overhead
-  bool graph = false;        // --graph
+  std::string trace;            // --profile
+  int64_t steps = 20;           // --profile-steps
+  bool group_by_shape = false;  // --profile-group-by-shape
+  bool overhead = false;        // --profile-overhead
+  bool graph = false;           // --graph
 };
 
 struct Timing {
@@ -123,7 +125,7 @@ void profile_steps(const std::function<void(int64_t)>& run, const BenchFlags& fl
   run(flags.steps);
   const profiler::Profile p = prof.stop();
   std::fprintf(stderr, "profile of %s, %lld steps:\n%s", what.c_str(), static_cast<long long>(flags.steps),
-               p.table(30).c_str());
+               p.table(30, flags.group_by_shape).c_str());
   p.write_chrome_trace(path);
   std::fprintf(stderr, "trace: %s\n", path.c_str());
 }
@@ -211,6 +213,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile.trace,
                  "after the timing, profile --profile-steps steps: the table on stderr, a Chrome trace to this file");
   app.add_option("--profile-steps", profile.steps, "steps the profiler records")->check(CLI::PositiveNumber);
+  app.add_flag("--profile-group-by-shape", profile.group_by_shape,
+               "the --profile table: a row per op and input shapes, with a column of the shapes");
   app.add_flag("--profile-overhead", profile.overhead,
                "time the runs again with the profiler recording; report both medians and their ratio");
   app.add_flag("--graph", profile.graph, "CUDA: capture one step after the warm-up into a CUDA graph and replay it");

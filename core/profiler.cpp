@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "core/backend.h"
@@ -435,7 +436,7 @@ Profile Profiler::stop() {
 Profile::Profile(std::vector<Event> events, std::vector<std::string> stream_names, int64_t wall_ns, int64_t steps)
     : events_(std::move(events)), stream_names_(std::move(stream_names)), wall_ns_(wall_ns), steps_(steps) {}
 
-std::vector<Summary> Profile::key_averages() const {
+std::vector<Summary> Profile::key_averages(bool group_by_input_shape) const {
   // What the ranges nested directly inside each range took, to subtract for "self".
   std::vector<int64_t> child_ns(events_.size(), 0), child_bytes(events_.size(), 0), child_launches(events_.size(), 0);
   for (const Event& e : events_) {
@@ -444,12 +445,14 @@ std::vector<Summary> Profile::key_averages() const {
     child_bytes[e.parent] += e.bytes;
     child_launches[e.parent] += e.launches;
   }
-  std::map<std::pair<std::string, Kind>, Summary> rows;
+  // The key: name, kind and (grouping by shape) the shapes as the table prints them.
+  std::map<std::tuple<std::string, Kind, std::string>, Summary> rows;
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
-    Summary& s = rows[{e.name, e.kind}];
+    Summary& s = rows[{e.name, e.kind, group_by_input_shape ? shapes_text(e.shapes) : std::string()}];
     s.name = e.name;
     s.kind = e.kind;
+    if (group_by_input_shape) s.input_shapes = e.shapes;
     s.calls += 1;
     s.total_ns += e.host_ns();
     s.self_ns += std::max<int64_t>(0, e.host_ns() - child_ns[i]);
@@ -465,13 +468,14 @@ std::vector<Summary> Profile::key_averages() const {
   for (auto& [key, s] : rows) out.push_back(std::move(s));
   std::sort(out.begin(), out.end(), [](const Summary& a, const Summary& b) {
     if (a.self_ns != b.self_ns) return a.self_ns > b.self_ns;
-    return a.name < b.name;
+    if (a.name != b.name) return a.name < b.name;
+    return shapes_text(a.input_shapes) < shapes_text(b.input_shapes);
   });
   return out;
 }
 
-std::string Profile::table(size_t max_rows) const {
-  const std::vector<Summary> rows = key_averages();
+std::string Profile::table(size_t max_rows, bool group_by_input_shape) const {
+  const std::vector<Summary> rows = key_averages(group_by_input_shape);
   int64_t all_self = 0, all_launches = 0;
   bool any_device = false;
   for (const Summary& s : rows) {
@@ -498,7 +502,11 @@ std::string Profile::table(size_t max_rows) const {
   }
   if (any_launch) cell("Launches", 9);
   cell("Self alloc", 12);
-  os << '\n' << std::string(name_width + 11 + 7 + 12 + 8 + 12 + 11 + (any_device ? 23 : 0) + (any_launch ? 9 : 0) + 12, '-')
+  // The shapes come last, left-aligned and never cut: they are what tells two rows of one op apart.
+  if (group_by_input_shape) os << "  Input shapes";
+  os << '\n' << std::string(name_width + 11 + 7 + 12 + 8 + 12 + 11 + (any_device ? 23 : 0) + (any_launch ? 9 : 0) + 12 +
+                                (group_by_input_shape ? 14 : 0),
+                            '-')
      << '\n';
   for (size_t i = 0; i < shown; ++i) {
     const Summary& s = rows[i];
@@ -518,6 +526,7 @@ std::string Profile::table(size_t max_rows) const {
     }
     if (any_launch) cell(std::to_string(s.launches), 9);
     cell(format_bytes(s.self_bytes), 12);
+    if (group_by_input_shape) os << "  " << (s.input_shapes.empty() ? "-" : shapes_text(s.input_shapes));
     os << '\n';
   }
   if (shown < rows.size()) os << "... " << rows.size() - shown << " more rows\n";

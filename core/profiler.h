@@ -8,9 +8,9 @@
 // open: a track per host thread and, on CUDA, a track per stream.
 //
 // Why in core/: ops, the autograd engine, storage allocation and the modules above all record
-// into it, and core/ is the one layer all of them see (DESIGN.md's layering). The device half
-// (timestamps queued on a stream, NVTX) goes through Backend::record_timestamp and the NVTX
-// header, so core/ names no device runtime.
+// into it, and core/ is the one layer all of them see (no folder includes one above it: the
+// Layout section of README.md). The device half (timestamps queued on a stream, NVTX) goes
+// through Backend::record_timestamp and the NVTX header, so core/ names no device runtime.
 //
 // Cost when off: each recording point tests one relaxed atomic flag (active()) and does
 // nothing else. Cost when on: two clock reads and a small record per range; on CUDA two
@@ -89,10 +89,12 @@ struct Event {
   int64_t device_ns() const { return device_start_ns < 0 ? -1 : device_end_ns - device_start_ns; }
 };
 
-// One row of the table: every range of one name (and kind) summed.
+// One row of the table: every range of one name (and kind) summed; with group_by_input_shape,
+// every range of one name, kind and list of input shapes.
 struct Summary {
   std::string name;
   Kind kind = Kind::Op;
+  std::vector<Shape> input_shapes;  // the row's inputs' shapes when grouped by them, else empty
   int64_t calls = 0;
   int64_t self_ns = 0;    // host time minus the time of the ranges nested directly inside
   int64_t total_ns = 0;   // host time, nested ranges included
@@ -114,12 +116,15 @@ class Profile {
   // step() calls while recording (0 when the program marks none).
   int64_t steps() const { return steps_; }
 
-  // Rows by name and kind, the most self host time first (ties: by name).
-  std::vector<Summary> key_averages() const;
+  // Rows by name and kind, the most self host time first (ties: by name, then shapes). With
+  // group_by_input_shape (torch.profiler's key_averages(group_by_input_shape=True)) a row per
+  // name, kind and input shapes: a linear over [128, 784] and one over [32, 784] are two rows.
+  std::vector<Summary> key_averages(bool group_by_input_shape = false) const;
   // key_averages() as text, at most `rows` rows (0: all): name, kind, calls, self and total
   // host time, self as a % of all self time, mean per call, device time and launches (when
-  // there are any), bytes; then the wall time, and per step when steps were marked.
-  std::string table(size_t rows = 0) const;
+  // there are any), bytes, and the input shapes when grouped by them; then the wall time, and
+  // per step when steps were marked.
+  std::string table(size_t rows = 0, bool group_by_input_shape = false) const;
   // The trace-event JSON object ({"traceEvents": [...]}): complete ("X") events on a track per
   // host thread (pid 1) and per device stream (pid 2 + device index), timestamps in µs, and
   // metadata ("M") events naming the processes and threads.

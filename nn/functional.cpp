@@ -1,4 +1,4 @@
-// nn::functional: thin wrappers over core ops; linear handles inputs of any rank >= 1.
+// nn::functional: thin wrappers over core ops, which validate their arguments.
 #include "nn/functional.h"
 
 #include "core/ops/elementwise.h"
@@ -7,29 +7,10 @@
 
 namespace minidl::nn::functional {
 
-namespace {
-
-Tensor linear_any_rank(const Tensor& x, const Tensor& w, const Tensor& b, bool fuse_relu) {
-  check_defined(x, "linear", "x");
-  check_defined(w, "linear", "w");
-  MINIDL_CHECK(w.dim() == 2, "linear: weight must be [out, in], got shape ", w.shape());
-  MINIDL_CHECK(x.dim() >= 1, "linear: input must have rank >= 1, got a scalar");
-  MINIDL_CHECK(x.shape().back() == w.size(1), "linear: input last dim ", x.shape().back(), " (input shape ", x.shape(),
-               ") does not match the weight's in_features ", w.size(1), " (weight shape ", w.shape(), ")");
-  if (x.dim() == 2) return ops::linear(x, w, b, fuse_relu);
-  int64_t rows = 1;  // product of the leading dims
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  Tensor y = ops::linear(x.reshape(Shape{rows, w.size(1)}), w, b, fuse_relu);  // [rows, out]
-  Shape out_shape = x.shape();
-  out_shape[out_shape.rank() - 1] = w.size(0);  // [..., out]
-  return y.reshape(out_shape);
-}
-
-}  // namespace
-
 Tensor relu(const Tensor& x) { return ops::relu(x); }
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return linear_any_rank(x, w, b, false); }
-Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b) { return linear_any_rank(x, w, b, true); }
+// ops::linear validates the arguments and flattens x's leading dims itself.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return ops::linear(x, w, b, false); }
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b) { return ops::linear(x, w, b, true); }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r,
                      const ops::CrossEntropyOptions& options) {

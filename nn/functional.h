@@ -9,6 +9,7 @@ namespace minidl::nn::functional {
 Tensor relu(const Tensor& x);
 // x [..., in] · wᵀ + b with w [out, in], b [out] (optional) -> [..., out]; leading dims of
 // any rank >= 1 are flattened into one batch dim for the GEMM and restored afterwards.
+// ops::linear: a wrong shape throws its error, naming linear, x's shape and weight's shape.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
 // relu(linear(x, w, b)) with the relu fused into the GEMM epilogue (same values, one kernel).
 Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b = {});

@@ -1,5 +1,6 @@
 // nn::Linear: parameter set-up (PyTorch's reset_parameters order: weight, then bias) and a
-// forward that delegates to functional::linear.
+// forward that delegates to functional::linear, whose op checks the shapes; the layer puts its
+// own name in front of the op's error, so a model with several Linear layers shows which one.
 #include "nn/linear.h"
 
 #include <cmath>
@@ -9,6 +10,23 @@
 #include "nn/init.h"
 
 namespace minidl::nn {
+
+namespace {
+
+// call(), with a minidl::Error it throws prefixed by the layer's name: ops::linear checks the
+// shapes and names linear, x and weight; the prefix says which layer of the model it was.
+template <typename Call>
+Tensor naming_layer(const Module& layer, Call&& call) {
+  try {
+    return call();
+  } catch (const OutOfMemory&) {
+    throw;  // keeps its type: callers catch OutOfMemory by name
+  } catch (const Error& e) {
+    throw Error(detail::make_message(layer.name(), ": ", e.what()));
+  }
+}
+
+}  // namespace
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Generator* gen)
     : in_features_(in_features), out_features_(out_features) {
@@ -30,12 +48,6 @@ std::string Linear::name() const {
                               ", bias=", bias.defined() ? "true" : "false", ")");
 }
 
-void Linear::check_input(const Tensor& x) const {
-  check_defined(x, "Linear", "x");
-  MINIDL_CHECK(x.dim() >= 1 && x.shape().back() == in_features_, name(), ": expected input with last dim ",
-               in_features_, ", got shape ", x.shape());
-}
-
 std::shared_ptr<Module> Linear::clone() const {
   check_clone_is_exact(typeid(Linear), "Linear");
   Generator scratch;  // the initial values are overwritten: keep the default generator untouched
@@ -45,13 +57,11 @@ std::shared_ptr<Module> Linear::clone() const {
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  check_input(x);
-  return functional::linear(x, weight, bias);
+  return naming_layer(*this, [&] { return functional::linear(x, weight, bias); });
 }
 
 Tensor Linear::forward_relu(const Tensor& x) {
-  check_input(x);
-  return functional::linear_relu(x, weight, bias);
+  return naming_layer(*this, [&] { return functional::linear_relu(x, weight, bias); });
 }
 
 }  // namespace minidl::nn

@@ -13,7 +13,8 @@ class Linear : public Module {
   // float32 on the CPU; move with to(). gen = null draws from the default generator.
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator* gen = nullptr);
 
-  // x [..., in] -> [..., out]; a clear error when x's last dim is not in_features.
+  // x [..., in] -> [..., out]; when x's last dim is not in_features, ops::linear's error
+  // (x's shape, weight's shape) after this layer's name().
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) with the relu fused into the GEMM epilogue (Sequential uses it).
   Tensor forward_relu(const Tensor& x);
@@ -28,7 +29,6 @@ class Linear : public Module {
   Tensor weight, bias;
 
  private:
-  void check_input(const Tensor& x) const;
   int64_t in_features_, out_features_;
 };
 

@@ -160,6 +160,23 @@ struct LinearBackward final : Node {
   std::string name() const override { return "LinearBackward"; }
 };
 
+// y [N, M] = x [N, K]·wᵀ (+ b) on arguments linear() has validated, with the autograd node.
+Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  const Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
+  const Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
+  Tensor y = empty(Shape{x.shape()[0], w.shape()[0]}, x.options());
+  if (y.numel() > 0) backend_for(x.device()).linear_forward(xc, wc, bc, y, relu ? Activation::ReLU : Activation::None);
+  if (autograd::any_requires_grad({&x, &w, &b})) {
+    auto node = std::make_shared<LinearBackward>();
+    node->x = xc;
+    node->w = wc;
+    if (relu) node->y = y.detach();
+    node->has_bias = b.defined();
+    autograd::attach(node, {&x, &w, &b}, y);
+  }
+  return y;
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -204,15 +221,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return c;
 }
 
+// The one shape check of a linear layer: nn::Linear and nn::functional::linear call this op
+// and rely on its messages (nn::Linear adds the layer's name in front).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
   profiler::RecordScope profile_scope("linear", profiler::Kind::Op, {&x, &w, &b});
   check_float_matrix(x, "linear", "x");
   check_float_matrix(w, "linear", "weight");
   check_same_device({&x, &w, &b}, "linear");
-  MINIDL_CHECK(x.dim() >= 1 && w.dim() == 2, "linear: expected x [..., in] and weight [out, in], got x ", x.shape(),
-               " and weight ", w.shape());
-  MINIDL_CHECK(x.shape()[x.dim() - 1] == w.shape()[1], "linear: x has ", x.shape()[x.dim() - 1],
-               " features (shape ", x.shape(), ") but weight expects ", w.shape()[1], " (shape ", w.shape(), ")");
+  MINIDL_CHECK(x.dim() >= 1 && w.dim() == 2, "linear: expected x [..., in_features] and weight [out_features, ",
+               "in_features], got x ", x.shape(), " and weight ", w.shape());
+  MINIDL_CHECK(x.shape()[x.dim() - 1] == w.shape()[1], "linear: expected x with last dim ", w.shape()[1],
+               " (the in_features of weight ", w.shape(), "), got x ", x.shape());
   MINIDL_CHECK(x.dtype() == w.dtype(), "linear: x is ", x.dtype(), " but weight is ", w.dtype());
   if (b.defined()) {
     MINIDL_CHECK(b.dim() == 1 && b.shape()[0] == w.shape()[0], "linear: bias has shape ", b.shape(), ", expected [",
@@ -220,28 +239,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
     MINIDL_CHECK(b.dtype() == w.dtype(), "linear: bias is ", b.dtype(), " but weight is ", w.dtype());
   }
   check_backend_computes(x, "linear", "x");
-  if (x.dim() != 2) {
-    // x [..., in] as rows [N, in] (a view when x is contiguous; the 2-D path copies otherwise
-    // anyway); the output takes x's leading dims back. Autograd runs through both reshapes.
-    Shape out_shape = x.shape();
-    out_shape[out_shape.rank() - 1] = w.shape()[0];
-    int64_t rows = 1;
-    for (int d = 0; d < x.dim() - 1; ++d) rows *= x.shape()[d];
-    return linear(x.reshape(Shape{rows, w.shape()[1]}), w, b, relu).reshape(out_shape);
-  }
-  const Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
-  const Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
-  Tensor y = empty(Shape{x.shape()[0], w.shape()[0]}, x.options());
-  if (y.numel() > 0) backend_for(x.device()).linear_forward(xc, wc, bc, y, relu ? Activation::ReLU : Activation::None);
-  if (autograd::any_requires_grad({&x, &w, &b})) {
-    auto node = std::make_shared<LinearBackward>();
-    node->x = xc;
-    node->w = wc;
-    if (relu) node->y = y.detach();
-    node->has_bias = b.defined();
-    autograd::attach(node, {&x, &w, &b}, y);
-  }
-  return y;
+  if (x.dim() == 2) return linear_rows(x, w, b, relu);
+  // x [..., in] as rows [N, in] (a view when x is contiguous; linear_rows copies otherwise
+  // anyway); the output takes x's leading dims back. Autograd runs through both reshapes.
+  Shape out_shape = x.shape();
+  out_shape[out_shape.rank() - 1] = w.shape()[0];
+  int64_t rows = 1;
+  for (int d = 0; d < x.dim() - 1; ++d) rows *= x.shape()[d];
+  return linear_rows(x.reshape(Shape{rows, w.shape()[1]}), w, b, relu).reshape(out_shape);
 }
 
 }  // namespace minidl::ops

@@ -11,6 +11,8 @@ namespace minidl::ops {
 // of the last two dims (k.transpose(-2, -1)) are read in place, without a copy.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [..., K], w [M, K], b [M] (may be undefined) -> [..., M]; relu=true fuses max(0, ·).
+// Every argument is checked here, once, for nn::Linear and nn::functional::linear too: a
+// wrong shape or dtype throws minidl::Error naming linear, x's shape and weight's shape.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
 
 }  // namespace minidl::ops

@@ -20,8 +20,8 @@
 // what each thread waits for. A fault stops the block (the other threads are unwound at their
 // next wait), the grid stops starting blocks, and the launch fails with a sticky error.
 //
-// `__shared__` variables are `static thread_local` (cudasim/device.h): one copy per host thread,
-// which runs one block at a time.
+// `__shared__` variables are `static thread_local` (cudasim/include/cudasim/device.h): one copy
+// per host thread, which runs one block at a time.
 #include "block_runner.h"
 
 #include <sys/mman.h>

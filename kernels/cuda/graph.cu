@@ -29,15 +29,19 @@ namespace minidl::cuda {
 
 namespace {
 
-class CudaGraph final : public CapturedGraph {
+// The CUDA side of a CapturedGraph: what cudaStreamEndCapture recorded from this device's compute
+// stream, its instantiated form (the cudaGraphExec_t a replay launches), and the pool and host
+// tensors its replays use. Named for the stream it was captured from and is replayed on, apart
+// from minidl::CUDAGraph, the public class that holds one.
+class StreamGraph final : public CapturedGraph {
  public:
-  CudaGraph(CudaBackend& be, cudaGraph_t graph, cudaGraphExec_t exec, CachingAllocator::PoolId pool,
+  StreamGraph(CudaBackend& be, cudaGraph_t graph, cudaGraphExec_t exec, CachingAllocator::PoolId pool,
             std::vector<Tensor> keep, int64_t nodes)
       : be_(be), graph_(graph), exec_(exec), pool_(pool), keep_(std::move(keep)), nodes_(nodes) {}
-  CudaGraph(const CudaGraph&) = delete;
-  CudaGraph& operator=(const CudaGraph&) = delete;
+  StreamGraph(const StreamGraph&) = delete;
+  StreamGraph& operator=(const StreamGraph&) = delete;
 
-  ~CudaGraph() override {
+  ~StreamGraph() override {
     QuietDeviceGuard guard(be_.device_index());
     // A replay may still be running, and it reads keep_'s host memory, which is not
     // stream-ordered: wait for it before that memory can be reused.
@@ -120,7 +124,7 @@ std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
     allocator_->release_pool(pool);
     MINIDL_CUDA_CHECK(inst);
   }
-  return std::make_unique<CudaGraph>(*this, graph, exec, pool, std::move(keep), static_cast<int64_t>(nodes));
+  return std::make_unique<StreamGraph>(*this, graph, exec, pool, std::move(keep), static_cast<int64_t>(nodes));
 }
 
 void CudaBackend::abort_capture() noexcept {

@@ -48,7 +48,7 @@ void ProfileWindow::report() {
   profiler_.reset();
   out_ << "profile of " << p.steps() << " training steps";
   if (p.steps() < options_.steps) out_ << " (the run ended before the " << options_.steps << " asked for)";
-  out_ << ", after " << options_.warmup << " unrecorded warm-up steps:\n" << p.table(options_.rows);
+  out_ << ", after " << options_.warmup << " unrecorded warm-up steps:\n" << p.table(options_.rows, options_.group_by_shape);
   p.write_chrome_trace(options_.trace);
   out_ << "trace: " << options_.trace << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
 }

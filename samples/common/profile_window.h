@@ -16,10 +16,11 @@
 namespace minidl::samples {
 
 struct ProfileOptions {
-  std::string trace;  // the Chrome trace's path; empty: no profiling
-  int64_t steps = 20;  // steps recorded
-  int64_t warmup = 5;  // steps run before the recording starts
-  size_t rows = 25;    // table rows printed (0: all)
+  std::string trace;            // the Chrome trace's path; empty: no profiling
+  int64_t steps = 20;           // steps recorded
+  int64_t warmup = 5;           // steps run before the recording starts
+  size_t rows = 25;             // table rows printed (0: all)
+  bool group_by_shape = false;  // a table row per op and input shapes (Profile::key_averages)
 };
 
 class ProfileWindow {

@@ -220,5 +220,6 @@ TEST_CASE("linear accepts x of shape [..., in] and gives [..., out] with the gra
   check_gradients([&](const std::vector<Tensor>& v) { return weighted_sum(ops::linear(v[0], v[1]), seed); },
                   {rand64({5}, g), rand64({4, 5}, g)});
   CHECK_THAT(error_message([&] { ops::linear(rand64({2, 3, 6}, g), w, b); }),
-             Catch::Contains("linear: x has 6 features") && Catch::Contains("[2, 3, 6]"));
+             Catch::Contains("linear: expected x with last dim 5") && Catch::Contains("[4, 5]") &&
+                 Catch::Contains("got x [2, 3, 6]"));
 }

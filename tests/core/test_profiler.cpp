@@ -2,7 +2,8 @@
 // batches, module calls, ops, autograd nodes and the optimizer's step — come back as ranges
 // nested as they ran, counted per step; the table sums them; the Chrome trace is well-formed
 // trace-event JSON (checked here field by field, and that ranges on one track nest, which is
-// what Perfetto needs to draw them); nothing is recorded while it is off; the errors.
+// what Perfetto needs to draw them); grouped by input shapes, an op's calls split by shape;
+// nothing is recorded while it is off; the errors.
 // On a device: tests/cuda/test_cuda_profiler.cpp.
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -143,6 +144,42 @@ TEST_CASE("the profiler records an MLP's steps as nested ranges of every kind", 
   // Nothing was launched on a CPU step: no launch column, no launch count in the footer.
   CHECK_THAT(table, !Catch::Contains("Launches") && !Catch::Contains("launches"));
   CHECK_THAT(p.table(2), Catch::Contains("more rows"));
+}
+
+TEST_CASE("key_averages and the table group by input shapes when asked, one row per shape list",
+          "[core][profiler]") {
+  const Tensor w = randn({4, 8}), b = randn({4});
+  prof::Profiler profiler;
+  profiler.start();
+  (void)ops::linear(randn({2, 8}), w, b);
+  (void)ops::linear(randn({2, 8}), w, b);
+  (void)ops::linear(randn({3, 8}), w, b);
+  const prof::Profile p = profiler.stop();
+
+  auto linear_rows = [](const std::vector<prof::Summary>& rows) {
+    std::vector<prof::Summary> out;
+    for (const prof::Summary& s : rows)
+      if (s.name == "linear") out.push_back(s);
+    return out;
+  };
+  const std::vector<prof::Summary> by_name = linear_rows(p.key_averages());
+  REQUIRE(by_name.size() == 1);
+  CHECK(by_name[0].calls == 3);
+  CHECK(by_name[0].input_shapes.empty());
+
+  std::vector<prof::Summary> by_shape = linear_rows(p.key_averages(/*group_by_input_shape=*/true));
+  REQUIRE(by_shape.size() == 2);
+  std::sort(by_shape.begin(), by_shape.end(), [](const auto& a, const auto& c) { return a.calls > c.calls; });
+  CHECK(by_shape[0].calls == 2);
+  CHECK(by_shape[0].input_shapes == std::vector<Shape>{Shape{2, 8}, Shape{4, 8}, Shape{4}});
+  CHECK(by_shape[1].calls == 1);
+  CHECK(by_shape[1].input_shapes == std::vector<Shape>{Shape{3, 8}, Shape{4, 8}, Shape{4}});
+  CHECK(by_shape[0].total_ns + by_shape[1].total_ns == by_name[0].total_ns);
+
+  const std::string grouped = p.table(0, /*group_by_input_shape=*/true);
+  CHECK_THAT(grouped, Catch::Contains("Input shapes") && Catch::Contains("[2, 8], [4, 8], [4]") &&
+                          Catch::Contains("[3, 8], [4, 8], [4]"));
+  CHECK_THAT(p.table(), !Catch::Contains("Input shapes") && !Catch::Contains("[2, 8]"));
 }
 
 TEST_CASE("the profiler's Chrome trace is trace-event JSON whose ranges nest on each track", "[core][profiler]") {

@@ -1,5 +1,5 @@
 // The NCCL process group with one rank on cuda:0 (no launcher: MPI's singleton start), as
-// scripts/gpu-check runs it: ncclCommInitRank with the unique id broadcast over MPI, each
+// scripts/gpu/gpu-check runs it: ncclCommInitRank with the unique id broadcast over MPI, each
 // collective on the comm stream ordered against the compute stream, and DistributedDataParallel
 // over it. Multi-rank NCCL needs several GPUs; the multi-process logic is tested on the CPU
 // (tests/parallel/mpi). Without a GPU this binary reports skipped.
@@ -14,8 +14,8 @@ using namespace minidl::cuda_test;
 
 TEST_CASE("nccl process group of one rank runs its collectives on cuda:0", "[cuda][nccl][mpi]") {
   if (!parallel::mpi_available() || !parallel::nccl_available()) {
-    // A GPU build without MPI (scripts/gpu-deps carries no Open MPI) has no NCCL process group:
-    // what it can check is the clear error, and it says that the group itself did not run.
+    // A GPU build without MPI (scripts/gpu/gpu-deps carries no Open MPI) has no NCCL process
+    // group: what it can check is the clear error, and it says that the group itself did not run.
     CHECK_THAT(minidl::testing::error_message([] { parallel::make_nccl_process_group(Device::cuda(0)); }),
                Catch::Contains("has no NCCL process group"));
     WARN("the NCCL process group is not in this build (MPI " << parallel::mpi_available() << ", NCCL "

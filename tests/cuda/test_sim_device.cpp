@@ -764,7 +764,8 @@ TEST_CASE("sim: atomics from every thread of many blocks are exact", "[cuda][sim
 
 TEST_CASE("sim: the last block to draw a ticket after __threadfence sees every block's writes", "[cuda][sim]") {
   // Under ThreadSanitizer this case also checks that the idiom is not reported as a race: TSan
-  // does not model fences, so the simulator's atomics carry the ordering there (cudasim/device.h).
+  // does not model fences, so the simulator's atomics carry the ordering there
+  // (cudasim/include/cudasim/device.h).
   start_clean();
   const int blocks = 200, threads = 64, rounds = 20;
   DeviceBuffer<int> partial(blocks);

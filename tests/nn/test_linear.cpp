@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "nn/nn.h"
+#include "tests/error_message.h"
 
 using namespace minidl;
 
@@ -98,12 +100,25 @@ TEST_CASE("Linear forward flattens leading dims of rank-1 and rank-3 inputs", "[
   CHECK(row.to_vector<float>() == flat.narrow(0, 0, 1).reshape(Shape{3}).to_vector<float>());
 }
 
-TEST_CASE("Linear forward with the wrong last dim names the layer and the shape", "[nn]") {
+TEST_CASE("Linear forward with the wrong last dim names the layer and the shapes", "[nn]") {
   nn::Linear lin(10, 5);
   CHECK_THROWS_WITH(lin(zeros(Shape{3, 7})),
-                    Catch::Contains("Linear(in_features=10, out_features=5, bias=true)") &&
-                        Catch::Contains("expected input with last dim 10, got shape [3, 7]"));
+                    Catch::Contains("Linear(in_features=10, out_features=5, bias=true): linear: expected x with "
+                                    "last dim 10 (the in_features of weight [5, 10]), got x [3, 7]"));
   CHECK_THROWS_AS(lin(scalar_tensor(1.0)), Error);
+}
+
+TEST_CASE("a wrong in_features gives the op's message from the module, functional::linear and ops::linear",
+          "[nn]") {
+  // ops::linear holds the one check; the others call it, and the module only adds its name.
+  nn::Linear lin(10, 5);
+  const Tensor x = zeros(Shape{3, 7});
+  const std::string op = testing::error_message([&] { ops::linear(x, lin.weight, lin.bias); });
+  CHECK(op == "linear: expected x with last dim 10 (the in_features of weight [5, 10]), got x [3, 7]");
+  CHECK(testing::error_message([&] { nn::functional::linear(x, lin.weight, lin.bias); }) == op);
+  CHECK(testing::error_message([&] { nn::functional::linear_relu(x, lin.weight, lin.bias); }) == op);
+  CHECK(testing::error_message([&] { lin(x); }) == lin.name() + ": " + op);
+  CHECK(testing::error_message([&] { lin.forward_relu(x); }) == lin.name() + ": " + op);
 }
 
 TEST_CASE("Linear backward gives weight and bias gradients of a summed output", "[nn]") {

@@ -13,7 +13,8 @@
 //     until every lane of its mask has reached it, then every lane reads the others' values, as
 //     in lock-step. A mask naming a lane that has exited or never arrives, and a __syncthreads()
 //     that some live thread of the block never reaches, are device faults (the launch fails).
-// Everything here only works inside a kernel launched through cudasim_launch (cudasim/launch.h).
+// Everything here only works inside a kernel launched through cudasim_launch
+// (cudasim/include/cudasim/launch.h).
 #pragma once
 
 #include <atomic>
