@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile-steps", c.profile.steps, "iterations the profiler records")
       ->check(samples::positive_integer<int64_t>())
       ->capture_default_str();
+  app.add_flag("--profile-group-by-shape", c.profile.group_by_shape,
+               "one table row per op and input shapes (torch.profiler's group_by_input_shape)");
   app.add_option("--progress", progress, "auto (a bar on a terminal, else the evaluation lines), bar, lines or none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
       ->capture_default_str();

@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile-steps", c.profile.steps, "training steps the profiler records")
       ->check(samples::positive_integer<int64_t>())
       ->capture_default_str();
+  app.add_flag("--profile-group-by-shape", c.profile.group_by_shape,
+               "one table row per op and input shapes (torch.profiler's group_by_input_shape)");
   app.add_flag("--cuda-graph", c.cuda_graph,
                "capture the training step into a CUDA graph after the first and replay it for every full batch "
                "(the MLP with SGD on one CUDA device)");
