@@ -633,12 +633,16 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t bits, int arg, int w
   w.values[lane] = bits;
   w.args[lane] = arg;
   w.arrived |= 1u << lane;
-  sanitizer::release(&w);
+  // Only __syncwarp orders memory between lanes (CUDA promises no more of shuffles and votes,
+  // whose values pass here, not through memory). It also keeps ThreadSanitizer's global reset
+  // rare: every release costs an epoch of its fixed budget, and shuffles were most of them.
+  const bool orders_memory = op == WarpOp::SyncWarp;
+  if (orders_memory) sanitizer::release(&w);
   t.state = State::AtWarp;
   if (w.arrived == w.mask) complete_warp(b, warp, t);
   if (t.state == State::AtWarp) yield_to_scheduler(t);
   if (b.faulted) throw Unwind{};
-  sanitizer::acquire(&w);
+  if (orders_memory) sanitizer::acquire(&w);
   return t.result;
 }
 
