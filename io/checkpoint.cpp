@@ -83,7 +83,7 @@ Metadata upgrade_v1(const Metadata& m, const std::string& layout, const std::str
     // The step of a fashion_mnist/1 file: its loader position in batches.
     const MetadataReader r(m, path);
     const int64_t n = r.integer("loader.dataset_size", 0), b = r.integer("loader.batch_size", 1);
-    const int64_t per_epoch = r.text("loader.drop_last") == "1" ? n / b : (n + b - 1) / b;
+    const int64_t per_epoch = r.text("loader.drop_last") == "1" || n % b == 0 ? n / b : n / b + 1;  // no n + b - 1: b may be INT64_MAX
     const int64_t epoch = r.integer("loader.epoch", 0, INT64_MAX / std::max<int64_t>(per_epoch, 1) - 1);
     out["step"] = std::to_string(epoch * per_epoch + r.integer("loader.batch", 0, per_epoch));
   }

@@ -11,7 +11,9 @@ namespace {
 constexpr const char* kProgram = "fashion_mnist";
 
 int64_t batches_per_epoch(const data::DataLoaderState& l) {
-  return l.drop_last ? l.dataset_size / l.batch_size : (l.dataset_size + l.batch_size - 1) / l.batch_size;
+  // A ceiling without n + b - 1, which overflows for a batch size near INT64_MAX.
+  const int64_t full = l.dataset_size / l.batch_size;
+  return l.drop_last || l.dataset_size % l.batch_size == 0 ? full : full + 1;
 }
 
 }  // namespace

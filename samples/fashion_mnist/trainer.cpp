@@ -346,9 +346,11 @@ class FashionTask final : public samples::TrainingTask {
     RunEntries e = read_run_entries(ck.metadata, config_.resume);
     loader_->load_state(e.loader);
     history_ = std::move(e.history);
-    MINIDL_CHECK(e.loader.epoch * batches_per_epoch() + e.loader.batch == ck.step, "checkpoint ", config_.resume,
-                 ": its step ", ck.step, " does not match its loader position (epoch ", e.loader.epoch, ", batch ",
-                 e.loader.batch, ")");
+    int64_t position = 0;  // the loader's position in steps, which must be the checkpoint's step
+    const bool overflow = __builtin_mul_overflow(e.loader.epoch, batches_per_epoch(), &position) ||
+                          __builtin_add_overflow(position, e.loader.batch, &position);
+    MINIDL_CHECK(!overflow && position == ck.step, "checkpoint ", config_.resume, ": its step ", ck.step,
+                 " does not match its loader position (epoch ", e.loader.epoch, ", batch ", e.loader.batch, ")");
   }
 
  private:
