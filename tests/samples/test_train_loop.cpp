@@ -123,7 +123,7 @@ TEST_CASE("train loop: a run stopped and resumed equals the run straight through
   o.steps = 4;
   CHECK_THAT(error_message([&] { run_loop(o, shorter); }),
              Catch::Contains("it is at step 9, beyond this run's end at step 4 (--steps)"));
-  // Other hyperparameters are refused.
+  // Another program's checkpoint is refused.
   ToyTask other;
   o.steps = 9;
   o.program = "another";
