@@ -7,6 +7,7 @@
 #include <optional>
 #include <queue>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/ops/elementwise.h"
 #include "core/profiler.h"
@@ -124,6 +125,9 @@ void Engine::run_graph(const Tensor& root, const Tensor& grad_in, bool retain_gr
                " on ", grad.device(), ", output is ", root.dtype(), " on ", root.device());
 
   NoGradGuard no_grad;  // backward itself records nothing (no higher-order gradients)
+  // Nor does it autocast: each gradient is computed in the dtype its op saw in forward (a
+  // backward called inside an autocast scope must not send a 16-bit gradient through float32).
+  const autocast::Scope no_autocast{autocast::State{}};
   const Edge root_edge = autograd::gradient_edge(root);
 
   // Pass 1: count the gradients each node will receive (one per incoming edge).

@@ -10,15 +10,15 @@ namespace minidl {
 
 void check_backend_computes(const Tensor& t, const char* op, const char* arg) {
   const Backend& be = backend_for(t.device());
-  if (be.computes_in(t.dtype())) return;
+  if (be.computes_in(op, t.dtype())) return;
   std::string supported;
-  for (DType d : {DType::Float32, DType::Float64, DType::Int64}) {
-    if (!be.computes_in(d)) continue;
+  for (DType d : all_dtypes) {
+    if (!be.computes_in(op, d)) continue;
     supported += supported.empty() ? "" : " and ";
     supported += dtype_name(d);
   }
   throw Error(detail::make_message(op, ": argument '", arg, "' is ", t.dtype(), " with shape ", t.shape(), " on ",
-                                   t.device(), ", but ", t.device(), " computes in ", supported,
+                                   t.device(), ", but ", t.device(), " computes ", op, " in ", supported,
                                    " only; convert it with .to(dtype) or move it to a device that computes in ",
                                    t.dtype()));
 }

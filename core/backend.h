@@ -6,7 +6,7 @@
 // user-facing minidl::Error: defined arguments, shapes, dtypes that agree, one device, index
 // ranges; it makes inputs contiguous (unless a method's comment says strides are honoured)
 // and allocates the outputs, so kernels only write. What a backend cannot do is asked of it
-// once, by the op layer, before any work: computes_in(dtype) (check_backend_computes below
+// once, by the op layer, before any work: computes_in(op, dtype) (check_backend_computes below
 // turns a "no" into the error naming the op, device and dtype). A backend may then assume all
 // of the above; where it restates an assumption it uses MINIDL_INTERNAL_ASSERT (core/error.h,
 // debug builds only), never a second user-facing check. What only the backend can find out
@@ -103,10 +103,13 @@ class Backend {
   virtual Allocator& allocator() = 0;
 
   // ---- capabilities (asked by the op layer, see the contract above) ----
-  // Whether the compute methods (elementwise math, reductions, products, the softmax family,
-  // optimizer updates) run in `dtype` here. The memory, random and equal methods work for
-  // every dtype a tensor on this device can have (core's empty() refuses the others).
-  virtual bool computes_in(DType dtype) const = 0;
+  // Whether op `op` (the op layer's name for it: "matmul", "softmax", ...) computes in `dtype`
+  // here: one question per op, because a device's kernels need not cover every dtype for every
+  // op (a 16-bit GEMM may exist where a 16-bit batch norm does not). A 16-bit dtype computes in
+  // float32 inside the kernel (read, compute and accumulate in float32, round once on store). The
+  // memory, random and equal methods work for every dtype a tensor on this device can have
+  // (core's empty() refuses the others).
+  virtual bool computes_in(const char* op, DType dtype) const = 0;
 
   // ---- memory ----
   // Copies src into dst; both contiguous, same dtype and numel. The devices may differ when

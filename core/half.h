@@ -73,6 +73,7 @@ struct bfloat16 {
   bfloat16() = default;
   explicit constexpr bfloat16(float f) : x(float_to_bfloat16_bits(f)) {}
   explicit constexpr bfloat16(double d) : bfloat16(static_cast<float>(d)) {}
+  explicit constexpr bfloat16(int i) : bfloat16(static_cast<float>(i)) {}  // T(0), T(1) in generic kernels
   constexpr operator float() const { return bfloat16_bits_to_float(x); }
   static constexpr bfloat16 from_bits(uint16_t bits) {
     bfloat16 b;
@@ -87,6 +88,7 @@ struct float16 {
   float16() = default;
   explicit constexpr float16(float f) : x(float_to_float16_bits(f)) {}
   explicit constexpr float16(double d) : float16(static_cast<float>(d)) {}
+  explicit constexpr float16(int i) : float16(static_cast<float>(i)) {}  // T(0), T(1) in generic kernels
   constexpr operator float() const { return float16_bits_to_float(x); }
   static constexpr float16 from_bits(uint16_t bits) {
     float16 h;
@@ -101,6 +103,14 @@ static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2, "16-bit formats mus
 template <typename T> inline constexpr bool is_half_v = false;
 template <> inline constexpr bool is_half_v<bfloat16> = true;
 template <> inline constexpr bool is_half_v<float16> = true;
+
+// One element converted from S to D as the dtype casts convert it: into a 16-bit format through
+// float (PyTorch's order: a double or an int64 rounds to float first), otherwise static_cast.
+template <typename D, typename S>
+constexpr D convert(S s) {
+  if constexpr (is_half_v<D>) return D(static_cast<float>(s));
+  else return static_cast<D>(s);
+}
 
 // The type a kernel computes and accumulates in for elements of type T: float for the 16-bit
 // formats, T itself otherwise.

@@ -57,7 +57,7 @@ void print_dim(std::ostream& os, const Tensor& t, int d, int64_t offset, const F
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
   NoGradGuard no_grad;
-  // Print from a contiguous float64 copy on the host (exact for float32 and for labels).
+  // Print from a contiguous float64 copy on the host (exact for every floating dtype and for labels).
   const Tensor host = t.detach().to(Device::cpu(), DType::Float64).contiguous();
   const double* values = host.data<double>();
   Format f;
@@ -76,7 +76,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     print_dim(os, host, 0, 0, f, 7);
   }
   if (t.device().is_cuda()) os << ", device='" << t.device() << "'";
-  if (t.dtype() == DType::Float64) os << ", dtype=float64";
+  if (t.dtype() != DType::Float32 && t.dtype() != DType::Int64) os << ", dtype=" << t.dtype();
   if (t.grad_fn()) os << ", grad_fn=<" << t.grad_fn()->name() << ">";
   else if (t.requires_grad()) os << ", requires_grad=True";
   return os << ')';

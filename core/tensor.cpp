@@ -57,6 +57,8 @@ T* Tensor::data() const {
 template float* Tensor::data<float>() const;
 template double* Tensor::data<double>() const;
 template int64_t* Tensor::data<int64_t>() const;
+template bfloat16* Tensor::data<bfloat16>() const;
+template float16* Tensor::data<float16>() const;
 
 // ---- conversion ----
 Tensor Tensor::to(Device d) const { return ops::to(*this, d, dtype()); }
@@ -101,6 +103,8 @@ double read_element(const Tensor& cpu_tensor, int64_t element_offset) {
     case DType::Float32: return reinterpret_cast<const float*>(base)[i];
     case DType::Float64: return reinterpret_cast<const double*>(base)[i];
     case DType::Int64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[i]);
+    case DType::BFloat16: return reinterpret_cast<const bfloat16*>(base)[i];
+    case DType::Float16: return reinterpret_cast<const float16*>(base)[i];
   }
   return 0;
 }
@@ -135,6 +139,8 @@ T Tensor::item() const {
 template float Tensor::item<float>() const;
 template double Tensor::item<double>() const;
 template int64_t Tensor::item<int64_t>() const;
+template bfloat16 Tensor::item<bfloat16>() const;  // exact: the double holds the 16-bit value
+template float16 Tensor::item<float16>() const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
@@ -147,6 +153,8 @@ std::vector<T> Tensor::to_vector() const {
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<bfloat16> Tensor::to_vector<bfloat16>() const;
+template std::vector<float16> Tensor::to_vector<float16>() const;
 
 // ---- autograd accessors ----
 bool Tensor::requires_grad() const {
@@ -260,6 +268,9 @@ Tensor empty(const Shape& shape, const TensorOptions& options) {
                "empty: only floating-point tensors can require gradients, got ", options.dtype);
   MINIDL_CHECK(!(options.device.is_cuda() && options.dtype == DType::Float64), "empty: a float64 tensor of shape ",
                shape, " on ", options.device, "; CUDA tensors are float32 or int64 (float64 lives on the CPU)");
+  MINIDL_CHECK(!(options.device.is_cuda() && is_half(options.dtype)), "empty: a ", options.dtype, " tensor of shape ",
+               shape, " on ", options.device, "; CUDA tensors are float32 or int64 in this version (the 16-bit ",
+               "dtypes live on the CPU; docs/mixed-precision.md)");
   // The byte count, refused before it can wrap: {2^31, 2^31} float32 would otherwise ask for 0.
   int64_t bytes = static_cast<int64_t>(dtype_size(options.dtype));
   for (int i = 0; i < shape.rank(); ++i)

@@ -336,11 +336,15 @@ Tensor idx_to_tensor(const IdxArray& a, DType dtype) {
   MINIDL_CHECK(a.payload.size() / esize == static_cast<size_t>(n) && a.payload.size() % esize == 0,
                "idx_to_tensor: dims ", dims_text(a.dims), " of ", idx_type_name(a.type_code), " need ", n, " x ", esize,
                " bytes, the payload holds ", a.payload.size());
+  // A 16-bit tensor: read into float32, then rounded by the dtype cast (one rounding per value).
+  if (is_half(dtype)) return idx_to_tensor(a, DType::Float32).to(dtype);
   Tensor t = empty(Shape(a.dims), TensorOptions(dtype, Device::cpu()));
   switch (dtype) {
     case DType::Float32: convert_from_code(a, t.data<float>(), n); break;
     case DType::Float64: convert_from_code(a, t.data<double>(), n); break;
     case DType::Int64: convert_from_code(a, t.data<int64_t>(), n); break;
+    case DType::BFloat16:
+    case DType::Float16: break;  // converted above
   }
   return t;
 }

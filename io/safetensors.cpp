@@ -36,11 +36,13 @@ const char* safetensors_dtype(DType t) {
     case DType::Float32: return "F32";
     case DType::Float64: return "F64";
     case DType::Int64: return "I64";
+    case DType::BFloat16: return "BF16";
+    case DType::Float16: return "F16";
   }
   return "?";
 }
 
-// Every dtype the safetensors format defines; minidl reads three of them.
+// Every dtype the safetensors format defines; minidl reads five of them.
 bool is_safetensors_dtype(const std::string& s) {
   static const char* const kAll[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16",
                                      "U16",  "F16", "BF16", "I32",    "U32",     "F32",     "F64",
@@ -52,6 +54,8 @@ bool minidl_dtype(const std::string& s, DType* out) {
   if (s == "F32") *out = DType::Float32;
   else if (s == "F64") *out = DType::Float64;
   else if (s == "I64") *out = DType::Int64;
+  else if (s == "BF16") *out = DType::BFloat16;
+  else if (s == "F16") *out = DType::Float16;
   else return false;
   return true;
 }
@@ -167,7 +171,7 @@ Entry check_entry(const std::string& name, const Json& v, uint64_t data_size, co
   e.name = name;
   if (!minidl_dtype(dtype_str, &e.dtype)) {
     MINIDL_CHECK(!is_safetensors_dtype(dtype_str), at, ": unsupported dtype ", dtype_str,
-                 "; minidl reads F32, F64, I64");
+                 "; minidl reads F32, F64, I64, BF16, F16");
     MINIDL_CHECK(false, at, ": unknown dtype \"", dtype_str, "\" (not a safetensors dtype)");
   }
 

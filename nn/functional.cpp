@@ -1,6 +1,7 @@
 // nn::functional: thin wrappers over core ops, which validate their arguments.
 #include "nn/functional.h"
 
+#include "core/autocast.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linear.h"
 #include "core/ops/reduce.h"
@@ -18,6 +19,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, ops::Reduction r) {
+  if (auto cast = autocast::cast_inputs("mse_loss", {&input, &target})) return mse_loss((*cast)[0], (*cast)[1], r);
   check_defined(input, "mse_loss", "input");
   check_defined(target, "mse_loss", "target");
   MINIDL_CHECK(input.shape() == target.shape(), "mse_loss: input shape ", input.shape(), " and target shape ",

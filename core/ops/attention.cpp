@@ -15,6 +15,7 @@
 
 #include <cmath>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/profiler.h"
@@ -60,13 +61,15 @@ Tensor as_heads(const Tensor& x) {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                                     Generator* gen, std::optional<double> scale) {
+  if (auto cast = autocast::cast_inputs("scaled_dot_product_attention", {&q, &k, &v}))
+    return scaled_dot_product_attention((*cast)[0], (*cast)[1], (*cast)[2], causal, dropout_p, gen, scale);
   profiler::RecordScope profile_scope("scaled_dot_product_attention", profiler::Kind::Op, {&q, &k, &v});
   constexpr const char* op = "scaled_dot_product_attention";
   check_defined(q, op, "q");
   check_defined(k, op, "k");
   check_defined(v, op, "v");
   check_same_device({&q, &k, &v}, op);
-  MINIDL_CHECK(is_floating(q.dtype()), op, ": q must be float32 or float64, got ", q.dtype(), " with shape ",
+  MINIDL_CHECK(is_floating(q.dtype()), op, ": q must be a floating dtype (float32, float64, bfloat16, float16), got ", q.dtype(), " with shape ",
                q.shape());
   MINIDL_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), op, ": q, k and v must share a dtype, got q ",
                q.dtype(), ", k ", k.dtype(), ", v ", v.dtype());
@@ -100,7 +103,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Shape out_shape = q.shape();
   out_shape[r - 1] = Ev;
   Tensor out = empty(Shape{B, H, L, Ev}, q.options());  // [B, H, L, Ev]
-  Tensor lse = empty(Shape{B, H, L}, q.options());      // [B, H, L]
+  Tensor lse = empty(Shape{B, H, L}, q.options().with_dtype(compute_dtype(q.dtype())));  // [B, H, L], float32 for 16-bit q
   // The mask's counters: one per (batch..., i, j), by rows of the first dim as dropout draws
   // (Note [random draws of a batch shard] in core/generator.h).
   uint64_t seed = 0, offset = 0;

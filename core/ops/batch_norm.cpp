@@ -3,6 +3,7 @@
 // through the mean and variance; in evaluation they are constants.
 #include "core/ops/batch_norm.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/profiler.h"
@@ -37,10 +38,13 @@ void check_channel_vector(const Tensor& t, const char* what, const Tensor& x, in
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
+  // Only x can be 16-bit here (the weights and running statistics are float32 buffers).
+  if (auto cast = autocast::cast_inputs("batch_norm", {&x}))
+    return batch_norm((*cast)[0], running_mean, running_var, weight, bias, training, momentum, eps);
   profiler::RecordScope profile_scope("batch_norm", profiler::Kind::Op, {&x, &running_mean, &running_var, &weight, &bias});
   check_defined(x, "batch_norm", "x");
   check_same_device({&x, &running_mean, &running_var, &weight, &bias}, "batch_norm");
-  MINIDL_CHECK(is_floating(x.dtype()), "batch_norm: x must be float32 or float64, got ", x.dtype(), " with shape ",
+  MINIDL_CHECK(is_floating(x.dtype()), "batch_norm: x must be a floating dtype (float32, float64, bfloat16, float16), got ", x.dtype(), " with shape ",
                x.shape());
   check_backend_computes(x, "batch_norm", "x");
   MINIDL_CHECK(x.dim() >= 2, "batch_norm: expected x of rank >= 2 [N, C, ...], got shape ", x.shape());
@@ -64,7 +68,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = empty(x.shape(), x.options());
-  Tensor save_mean = empty(Shape{channels}, x.options()), save_invstd = empty(Shape{channels}, x.options());
+  const TensorOptions stats_options = x.options().with_dtype(compute_dtype(x.dtype()));  // float32 for 16-bit x
+  Tensor save_mean = empty(Shape{channels}, stats_options), save_invstd = empty(Shape{channels}, stats_options);
   Tensor rm = running_mean.defined() ? running_mean.detach() : Tensor();
   Tensor rv = running_var.defined() ? running_var.detach() : Tensor();
   // Run even when x is empty (only in evaluation: training was refused above without a variance

@@ -5,6 +5,7 @@
 // all three computed by one backend call from dy, x and w.
 #include "core/ops/conv.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/profiler.h"
@@ -80,11 +81,13 @@ Conv2dGeometry conv2d_geometry(const Shape& xs, const Shape& ws, Size2 stride, S
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding, Size2 dilation,
               int64_t groups) {
+  if (auto cast = autocast::cast_inputs("conv2d", {&x, &w, &b}))
+    return conv2d((*cast)[0], (*cast)[1], (*cast)[2], stride, padding, dilation, groups);
   profiler::RecordScope profile_scope("conv2d", profiler::Kind::Op, {&x, &w, &b});
   check_defined(x, "conv2d", "x");
   check_defined(w, "conv2d", "weight");
   check_same_device({&x, &w, &b}, "conv2d");
-  MINIDL_CHECK(is_floating(x.dtype()), "conv2d: x must be float32 or float64, got ", x.dtype(), " with shape ",
+  MINIDL_CHECK(is_floating(x.dtype()), "conv2d: x must be a floating dtype (float32, float64, bfloat16, float16), got ", x.dtype(), " with shape ",
                x.shape());
   check_backend_computes(x, "conv2d", "x");
   MINIDL_CHECK(x.dtype() == w.dtype(), "conv2d: x is ", x.dtype(), " but weight is ", w.dtype());

@@ -12,7 +12,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   profiler::RecordScope profile_scope("dropout", profiler::Kind::Op, {&x});
   check_defined(x, "dropout", "x");
   MINIDL_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got ", p, " (x ", x.shape(), ")");
-  MINIDL_CHECK(is_floating(x.dtype()), "dropout: x must be float32 or float64, got ", x.dtype(), " with shape ",
+  MINIDL_CHECK(is_floating(x.dtype()), "dropout: x must be a floating dtype (float32, float64, bfloat16, float16), got ", x.dtype(), " with shape ",
                x.shape());
   check_backend_computes(x, "dropout", "x");
   if (!training || p == 0) return x;

@@ -4,6 +4,8 @@
 //   d(a+b) = (g, g); d(a-b) = (g, -g); d(a*b) = (g*b, g*a); d(a/b) = (g/b, -g*a/b²),
 //   each summed back to its input's shape (sum_to) when the input was broadcast.
 //   relu: y = max(x, 0); dx = g where y > 0.
+//   Floating inputs of different dtypes are promoted first (promote_types: float32 + bfloat16
+//   runs in float32), through differentiable casts, so each gradient returns in its input's dtype.
 #include "core/ops/elementwise.h"
 
 #include "core/autograd.h"
@@ -79,7 +81,16 @@ struct ReluBackward final : Node {
   std::string name() const override { return "ReluBackward"; }
 };
 
+// Whether a and b are floating tensors of different dtypes, which run in promote_types of them.
+bool needs_promotion(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.dtype() != b.dtype() && is_floating(a.dtype()) && is_floating(b.dtype());
+}
+
 Tensor add_or_sub(const Tensor& a, const Tensor& b, bool subtract) {
+  if (needs_promotion(a, b)) {
+    const DType t = promote_types(a.dtype(), b.dtype());
+    return add_or_sub(to(a, a.device(), t), to(b, b.device(), t), subtract);
+  }
   Tensor out = binary_kernel(subtract ? BinaryOp::Sub : BinaryOp::Add, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     auto node = std::make_shared<AddSubBackward>();
@@ -93,6 +104,10 @@ Tensor add_or_sub(const Tensor& a, const Tensor& b, bool subtract) {
 
 template <typename NodeT>
 Tensor mul_or_div(BinaryOp op, const Tensor& a, const Tensor& b) {
+  if (needs_promotion(a, b)) {
+    const DType t = promote_types(a.dtype(), b.dtype());
+    return mul_or_div<NodeT>(op, to(a, a.device(), t), to(b, b.device(), t));
+  }
   Tensor out = binary_kernel(op, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     auto node = std::make_shared<NodeT>();

@@ -41,7 +41,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   check_defined(weight, op, "weight");
   MINIDL_CHECK(indices.dtype() == DType::Int64, op, ": indices must be int64, got ", indices.dtype(), " with shape ",
                indices.shape(), " (convert with .to(DType::Int64))");
-  MINIDL_CHECK(is_floating(weight.dtype()), op, ": weight must be float32 or float64, got ", weight.dtype(),
+  MINIDL_CHECK(is_floating(weight.dtype()), op, ": weight must be a floating dtype (float32, float64, bfloat16, float16), got ", weight.dtype(),
                " with shape ", weight.shape());
   MINIDL_CHECK(weight.dim() == 2, op, ": weight must be [num_embeddings, embedding_dim], got shape ", weight.shape());
   check_same_device({&indices, &weight}, op);

@@ -48,7 +48,7 @@ struct GeluBackward final : Node {
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   profiler::RecordScope profile_scope("gelu", profiler::Kind::Op, {&x});
   check_defined(x, "gelu", "x");
-  MINIDL_CHECK(is_floating(x.dtype()), "gelu: x must be float32 or float64, got ", x.dtype(), " with shape ",
+  MINIDL_CHECK(is_floating(x.dtype()), "gelu: x must be a floating dtype (float32, float64, bfloat16, float16), got ", x.dtype(), " with shape ",
                x.shape());
   MINIDL_CHECK(approximate == GeluApproximate::None || approximate == GeluApproximate::Tanh,
                "gelu: approximate must be GeluApproximate::None or GeluApproximate::Tanh, got ",

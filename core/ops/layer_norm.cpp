@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/profiler.h"
@@ -48,10 +49,12 @@ void check_feature_vector(const Tensor& t, const char* what, const Tensor& x) {
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  if (auto cast = autocast::cast_inputs("layer_norm", {&x, &weight, &bias}))
+    return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps);
   profiler::RecordScope profile_scope("layer_norm", profiler::Kind::Op, {&x, &weight, &bias});
   check_defined(x, "layer_norm", "x");
   check_same_device({&x, &weight, &bias}, "layer_norm");
-  MINIDL_CHECK(is_floating(x.dtype()), "layer_norm: x must be float32 or float64, got ", x.dtype(), " with shape ",
+  MINIDL_CHECK(is_floating(x.dtype()), "layer_norm: x must be a floating dtype (float32, float64, bfloat16, float16), got ", x.dtype(), " with shape ",
                x.shape());
   MINIDL_CHECK(x.dim() >= 1, "layer_norm: expected x of rank >= 1 [..., D], got a scalar");
   check_backend_computes(x, "layer_norm", "x");
@@ -66,7 +69,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   const Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = empty(x.shape(), x.options());
-  Tensor mean = empty(Shape{rows}, x.options()), rstd = empty(Shape{rows}, x.options());
+  // The statistics backward reads stay in the compute dtype (float32 for 16-bit x: a rounded
+  // rstd would scale every gradient by its rounding error).
+  const TensorOptions stats_options = x.options().with_dtype(compute_dtype(x.dtype()));
+  Tensor mean = empty(Shape{rows}, stats_options), rstd = empty(Shape{rows}, stats_options);
   if (rows > 0 && D > 0) {
     Tensor y2 = y.view(Shape{rows, D});  // y's storage, as the kernel's [rows, D]
     backend_for(x.device()).layer_norm_forward(xc, wc, bc, eps, y2, mean, rstd);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/reduce.h"
@@ -23,7 +24,7 @@ namespace {
 
 void check_float_matrix(const Tensor& t, const char* op, const char* arg) {
   check_defined(t, op, arg);
-  MINIDL_CHECK(is_floating(t.dtype()), op, ": argument '", arg, "' must be float32 or float64, got ", t.dtype(),
+  MINIDL_CHECK(is_floating(t.dtype()), op, ": argument '", arg, "' must be a floating dtype (float32, float64, bfloat16, float16), got ", t.dtype(),
                " with shape ", t.shape());
 }
 
@@ -180,6 +181,7 @@ Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor& b, bool relu)
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast::cast_inputs("matmul", {&a, &b})) return matmul((*cast)[0], (*cast)[1]);
   profiler::RecordScope profile_scope("matmul", profiler::Kind::Op, {&a, &b});
   check_float_matrix(a, "matmul", "a");
   check_float_matrix(b, "matmul", "b");
@@ -224,6 +226,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // The one shape check of a linear layer: nn::Linear and nn::functional::linear call this op
 // and rely on its messages (nn::Linear adds the layer's name in front).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  if (auto cast = autocast::cast_inputs("linear", {&x, &w, &b})) return linear((*cast)[0], (*cast)[1], (*cast)[2], relu);
   profiler::RecordScope profile_scope("linear", profiler::Kind::Op, {&x, &w, &b});
   check_float_matrix(x, "linear", "x");
   check_float_matrix(w, "linear", "weight");

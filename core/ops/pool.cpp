@@ -16,7 +16,7 @@ namespace {
 Pool2dGeometry pool_geometry(const char* op, const Tensor& x, Size2 kernel, std::optional<Size2> stride_opt,
                              Size2 padding) {
   check_defined(x, op, "x");
-  MINIDL_CHECK(is_floating(x.dtype()), op, ": x must be float32 or float64, got ", x.dtype(), " with shape ",
+  MINIDL_CHECK(is_floating(x.dtype()), op, ": x must be a floating dtype (float32, float64, bfloat16, float16), got ", x.dtype(), " with shape ",
                x.shape());
   check_backend_computes(x, op, "x");
   MINIDL_CHECK(x.dim() == 4, op, ": expected input x of rank 4 [N, C, H, W], got shape ", x.shape());

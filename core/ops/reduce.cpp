@@ -4,6 +4,7 @@
 //   mean = sum / n. sum_to(g, shape) sums g over the dims that `shape` broadcast along.
 #include "core/ops/reduce.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/elementwise.h"
@@ -51,6 +52,7 @@ Tensor attach_sum(const Tensor& x, Tensor out, const Shape& keep_shape) {
 }  // namespace
 
 Tensor sum(const Tensor& x) {
+  if (auto cast = autocast::cast_inputs("sum", {&x})) return sum((*cast)[0]);
   profiler::RecordScope profile_scope("sum", profiler::Kind::Op, {&x});
   check_defined(x, "sum", "x");
   check_backend_computes(x, "sum", "x");
@@ -62,6 +64,7 @@ Tensor sum(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  if (auto cast = autocast::cast_inputs("sum", {&x})) return sum((*cast)[0], dim, keepdim);
   profiler::RecordScope profile_scope("sum", profiler::Kind::Op, {&x});
   check_defined(x, "sum", "x");
   check_backend_computes(x, "sum", "x");
@@ -78,6 +81,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x) {
+  if (auto cast = autocast::cast_inputs("mean", {&x})) return mean((*cast)[0]);
   profiler::RecordScope profile_scope("mean", profiler::Kind::Op, {&x});
   MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "mean: expected a floating tensor",
                x.defined() ? detail::make_message(", got ", x.dtype()) : std::string());
@@ -86,6 +90,7 @@ Tensor mean(const Tensor& x) {
 }
 
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  if (auto cast = autocast::cast_inputs("mean", {&x})) return mean((*cast)[0], dim, keepdim);
   profiler::RecordScope profile_scope("mean", profiler::Kind::Op, {&x});
   MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "mean: expected a floating tensor",
                x.defined() ? detail::make_message(", got ", x.dtype()) : std::string());

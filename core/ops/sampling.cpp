@@ -57,7 +57,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
   profiler::RecordScope profile_scope("multinomial", profiler::Kind::Op, {&probs});
   constexpr const char* op = "multinomial";
   check_defined(probs, op, "probs");
-  MINIDL_CHECK(is_floating(probs.dtype()), op, ": probs must be float32 or float64, got ", probs.dtype(),
+  MINIDL_CHECK(is_floating(probs.dtype()), op, ": probs must be a floating dtype (float32, float64, bfloat16, float16), got ", probs.dtype(),
                " with shape ", probs.shape());
   MINIDL_CHECK(probs.dim() == 1 || probs.dim() == 2, op, ": probs must be [V] or [N, V], got shape ", probs.shape());
   const int64_t v = probs.shape().back(), rows = probs.dim() == 2 ? probs.shape()[0] : 1;

@@ -29,6 +29,7 @@
 // Rows are the last dim; another dim is moved last by a transpose + copy.
 #include "core/ops/softmax.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/elementwise.h"
@@ -128,17 +129,25 @@ struct FusedSoftmaxCrossEntropyBackward final : Node {
 }  // namespace
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  profiler::RecordScope profile_scope("log_softmax", profiler::Kind::Op, {&x}); return softmax_family(x, dim, true); }
+  if (auto cast = autocast::cast_inputs("log_softmax", {&x})) return log_softmax((*cast)[0], dim);
+  profiler::RecordScope profile_scope("log_softmax", profiler::Kind::Op, {&x});
+  return softmax_family(x, dim, true);
+}
 Tensor softmax(const Tensor& x, int64_t dim) {
-  profiler::RecordScope profile_scope("softmax", profiler::Kind::Op, {&x}); return softmax_family(x, dim, false); }
+  if (auto cast = autocast::cast_inputs("softmax", {&x})) return softmax((*cast)[0], dim);
+  profiler::RecordScope profile_scope("softmax", profiler::Kind::Op, {&x});
+  return softmax_family(x, dim, false);
+}
 
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction,
                              CrossEntropyGrad grad_mode, const CrossEntropyOptions& options) {
+  if (auto cast = autocast::cast_inputs("softmax_cross_entropy", {&logits}))
+    return softmax_cross_entropy((*cast)[0], targets, reduction, grad_mode, options);
   profiler::RecordScope profile_scope("softmax_cross_entropy", profiler::Kind::Op, {&logits, &targets});
   constexpr const char* op = "softmax_cross_entropy";
   check_defined(logits, op, "logits");
   check_defined(targets, op, "targets");
-  MINIDL_CHECK(is_floating(logits.dtype()), op, ": logits must be float32 or float64, got ", logits.dtype(),
+  MINIDL_CHECK(is_floating(logits.dtype()), op, ": logits must be a floating dtype (float32, float64, bfloat16, float16), got ", logits.dtype(),
                " with shape ", logits.shape());
   MINIDL_CHECK(targets.dtype() == DType::Int64, op, ": targets must be int64 class indices, got ", targets.dtype(),
                " with shape ", targets.shape(), " (convert with .to(DType::Int64))");
@@ -177,7 +186,7 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
     dlogits = empty(logits.shape(), logits.options());
     be.softmax_cross_entropy_fused(lc, tc, mean_scale, losses, dlogits, options);
   } else {
-    stats = empty(Shape{n, 2}, logits.options());  // (m, 1/s) per row
+    stats = empty(Shape{n, 2}, logits.options().with_dtype(compute_dtype(logits.dtype())));  // (m, 1/s) per row
     be.softmax_cross_entropy_forward(lc, tc, losses, stats, options);
   }
   Tensor out;

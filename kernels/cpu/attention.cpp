@@ -27,6 +27,7 @@
 
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 #include "kernels/cpu/fast_math.h"
 
 namespace minidl::cpu {
@@ -257,6 +258,11 @@ int64_t CpuBackend::attention_max_head_size() const { return std::numeric_limits
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                    double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) {
+  if (HalfStaging::needed({&q, &k, &v, &out, &lse})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    attention_forward(s.in(q), s.in(k), s.in(v), causal, scale, dropout_p, seed, offset, s.out(out), s.out(lse));
+    return s.commit();
+  }
   dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t BH = q.shape()[0] * q.shape()[1], L = q.shape()[2], E = q.shape()[3];
@@ -277,6 +283,11 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
 void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& out, const Tensor& lse, bool causal, double scale, double dropout_p,
                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (HalfStaging::needed({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    attention_backward(s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), s.in(lse), causal, scale, dropout_p, seed, offset, s.out(dq), s.out(dk), s.out(dv));
+    return s.commit();
+  }
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t BH = q.shape()[0] * q.shape()[1], L = q.shape()[2], E = q.shape()[3];

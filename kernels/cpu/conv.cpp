@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -169,6 +170,11 @@ void thin_weight_grad(const T* dyt, const T* col, T* dw, int64_t M, int64_t K, i
 
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                                 const Conv2dGeometry& geometry) {
+  if (HalfStaging::needed({&x, &w, &bias, &y})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    conv2d_forward(s.in(x), s.in(w), s.in(bias), s.out(y), geometry);
+    return s.commit();
+  }
   dispatch_floating(y.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t chunk = samples_per_chunk(geometry), S = geometry.spatial_out();
@@ -208,6 +214,11 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                  Tensor& db, const Conv2dGeometry& geometry) {
+  if (HalfStaging::needed({&dy, &x, &w, &dx, &dw, &db})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    conv2d_backward(s.in(dy), s.in(x), s.in(w), s.out(dx), s.out(dw), s.out(db), geometry);
+    return s.commit();
+  }
   dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t chunk = samples_per_chunk(geometry), S = geometry.spatial_out();

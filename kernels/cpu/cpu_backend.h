@@ -73,8 +73,9 @@ void parallel_rows(int64_t rows, int64_t work, F&& f) {
 class CpuBackend final : public Backend {
  public:
   Allocator& allocator() override { return cpu_allocator(); }
-  // Every dtype: float32 and float64 throughout, int64 wherever an op accepts it (binary, sum, argmax).
-  bool computes_in(DType) const override { return true; }
+  // Every op in every dtype it accepts: float32 and float64 throughout, bfloat16 and float16 with
+  // float32 math (kernels/cpu/half_staging.h), int64 wherever an op accepts it (binary, sum, argmax).
+  bool computes_in(const char*, DType) const override { return true; }
 
   void copy(const Tensor& src, Tensor& dst) override;
   void strided_copy(const Tensor& src, Tensor& dst) override;
@@ -169,15 +170,40 @@ class CpuBackend final : public Backend {
                    Tensor& out) override;
 };
 
-// Calls f(T{}) with T the C++ type of a floating dtype; throws naming `op` for int64.
+// Calls f(T{}) with T the C++ type of float32 or float64; throws naming `op` for other dtypes. A
+// kernel that dispatches here computes in T; its 16-bit inputs reach it as float32 through
+// half_staging.h, which its method calls first.
 template <typename F>
 void dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
     case DType::Float32: f(float{}); return;
     case DType::Float64: f(double{}); return;
-    case DType::Int64: break;
+    case DType::Int64:
+    case DType::BFloat16:
+    case DType::Float16: break;
   }
   throw Error(detail::make_message(op, ": cpu kernel expects float32 or float64, got ", t));
+}
+
+// Calls f(T{}) for every floating dtype, the 16-bit ones included: for kernels written with
+// compute_t<T> (core/half.h), which read 16-bit elements, compute in float and round on store.
+template <typename F>
+void dispatch_floating_and_half(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::BFloat16: f(bfloat16{}); return;
+    case DType::Float16: f(float16{}); return;
+    default: dispatch_floating(t, op, std::forward<F>(f));
+  }
+}
+
+// Calls f(T{}) for the dtypes a kernel can compute and accumulate in directly: float32, float64
+// and int64 (the 16-bit ones are staged through float32 before it: half_staging.h).
+template <typename F>
+void dispatch_native(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::Int64: f(int64_t{}); return;
+    default: dispatch_floating(t, op, std::forward<F>(f));
+  }
 }
 
 // Calls f(T{}) for any dtype.
@@ -187,18 +213,22 @@ void dispatch_all(DType t, F&& f) {
     case DType::Float32: f(float{}); return;
     case DType::Float64: f(double{}); return;
     case DType::Int64: f(int64_t{}); return;
+    case DType::BFloat16: f(bfloat16{}); return;
+    case DType::Float16: f(float16{}); return;
   }
 }
 
 // The GEMM core (kernels/cpu/gemm.cpp): C = alpha·op(A)·op(B) + beta·C, row-major, with an
 // epilogue that can add a per-column bias and apply ReLU.
 // op(A) is [M, K]: element (i, k) at A[i*rs_a + k*cs_a]; op(B) is [K, N] likewise.
-template <typename T>
+// A and B hold elements of type In, C and the bias of type T, the type the product is computed
+// in: In = T (float, double), or a 16-bit In with T = float, converted while A and B are packed.
+template <typename T, typename In = T>
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
-  const T* a = nullptr;
+  const In* a = nullptr;
   int64_t rs_a = 0, cs_a = 0;
-  const T* b = nullptr;
+  const In* b = nullptr;
   int64_t rs_b = 0, cs_b = 0;
   T* c = nullptr;
   int64_t ldc = 0;
@@ -207,7 +237,7 @@ struct GemmArgs {
   bool relu = false;
 };
 
-template <typename T>
-void gemm(const GemmArgs<T>& args);
+template <typename T, typename In = T>
+void gemm(const GemmArgs<T, In>& args);
 
 }  // namespace minidl::cpu

@@ -8,7 +8,7 @@
 namespace minidl::cpu {
 
 void CpuBackend::dropout_mask(Tensor& mask, double p, uint64_t seed, uint64_t offset) {
-  dispatch_floating(mask.dtype(), "dropout_mask", [&](auto tag) {
+  dispatch_floating_and_half(mask.dtype(), "dropout_mask", [&](auto tag) {
     using T = decltype(tag);
     T* d = mask.data<T>();
     const int64_t n = mask.numel();

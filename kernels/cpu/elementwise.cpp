@@ -2,6 +2,8 @@
 //   binary: out[i] = a[i] op b[i] over out's shape; a and b may be strided/broadcast views.
 //   Fast paths: both contiguous (one vectorisable loop), and b a broadcast row ([N, C] op [C]).
 //   relu: y = max(x, 0); relu_backward: dx = dy · [y > 0]; equal: out = (a == b) as 0/1 floats.
+//   16-bit elements are read as float, combined in float and rounded once on store (the op
+//   lambdas of a bfloat16 or float16 pair return float: core/half.h).
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/strided.h"
 
@@ -17,7 +19,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const int64_t n = out.numel();
   const bool a_contig = a.is_contiguous(), b_contig = b.is_contiguous();
   if (a_contig && b_contig) {
-    parallel_for(n, [=](int64_t i) { po[i] = op(pa[i], pb[i]); });
+    parallel_for(n, [=](int64_t i) { po[i] = static_cast<T>(op(pa[i], pb[i])); });
     return;
   }
   const int rank = out.dim();
@@ -29,7 +31,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
       const int64_t cols = out.shape()[rank - 1], rows = n / cols;
       for (int64_t r = 0; r < rows; ++r)
 #pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) po[r * cols + c] = op(pa[r * cols + c], pb[c]);
+        for (int64_t c = 0; c < cols; ++c) po[r * cols + c] = static_cast<T>(op(pa[r * cols + c], pb[c]));
       return;
     }
   }
@@ -38,12 +40,12 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
     for (int d = 0; d < rank; ++d) scalar = scalar && b.strides()[d] == 0;
     if (scalar) {
       const T s = pb[0];
-      parallel_for(n, [=](int64_t i) { po[i] = op(pa[i], s); });
+      parallel_for(n, [=](int64_t i) { po[i] = static_cast<T>(op(pa[i], s)); });
       return;
     }
   }
   for_each_strided(out.shape(), a.strides(), b.strides(),
-                   [&](int64_t i, int64_t oa, int64_t ob) { po[i] = op(pa[oa], pb[ob]); });
+                   [&](int64_t i, int64_t oa, int64_t ob) { po[i] = static_cast<T>(op(pa[oa], pb[ob])); });
 }
 
 }  // namespace
@@ -74,7 +76,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
 }
 
 void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
-  dispatch_floating(x.dtype(), "relu_forward", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "relu_forward", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
@@ -84,7 +86,7 @@ void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
-  dispatch_floating(y.dtype(), "relu_backward", [&](auto tag) {
+  dispatch_floating_and_half(y.dtype(), "relu_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* pdy = dy.data<T>();
     const T* py = y.data<T>();

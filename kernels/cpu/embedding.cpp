@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -17,6 +18,11 @@ constexpr int64_t kColumnBlock = 64;  // columns per task of the backward
 }  // namespace
 
 void CpuBackend::embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) {
+  if (HalfStaging::needed({&weight, &out})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    embedding_forward(indices, s.in(weight), s.out(out));
+    return s.commit();
+  }
   dispatch_floating(weight.dtype(), "embedding_forward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t n = indices.numel(), V = weight.shape()[0], D = weight.shape()[1];
@@ -31,6 +37,11 @@ void CpuBackend::embedding_forward(const Tensor& indices, const Tensor& weight, 
 }
 
 void CpuBackend::embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) {
+  if (HalfStaging::needed({&dy, &dweight})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    embedding_backward(s.in(dy), indices, s.out(dweight));
+    return s.commit();
+  }
   dispatch_floating(dweight.dtype(), "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t n = indices.numel(), V = dweight.shape()[0], D = dweight.shape()[1];

@@ -1,4 +1,4 @@
-// CPU GELU, elementwise, in T (float or double) — the expressions of kernels/cuda/gelu.cu:
+// CPU GELU, elementwise, in T (float or double; float for 16-bit elements, rounded on store) — the expressions of kernels/cuda/gelu.cu:
 //   None: y = 0.5·x·erfc(−x/√2)                       (= x·Φ(x) = 0.5·x·(1 + erf(x/√2)))
 //         dy/dx = 0.5·erfc(−x/√2) + x·exp(−x²/2)/√(2π)
 //   Tanh: u = √(2/π)·(x + 0.044715·x³)
@@ -57,27 +57,29 @@ T gelu_derivative(T x, GeluApproximate form) {
 }  // namespace
 
 void CpuBackend::gelu_forward(const Tensor& x, Tensor& y, GeluApproximate approximate) {
-  dispatch_floating(x.dtype(), "gelu_forward", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "gelu_forward", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;  // float for the 16-bit formats
     const T* px = x.data<T>();
     T* py = y.data<T>();
     if (approximate == GeluApproximate::None)
-      parallel_for(x.numel(), [=](int64_t i) { py[i] = gelu_value(px[i], GeluApproximate::None); });
+      parallel_for(x.numel(), [=](int64_t i) { py[i] = T(gelu_value<C>(px[i], GeluApproximate::None)); });
     else
-      parallel_for(x.numel(), [=](int64_t i) { py[i] = gelu_value(px[i], GeluApproximate::Tanh); });
+      parallel_for(x.numel(), [=](int64_t i) { py[i] = T(gelu_value<C>(px[i], GeluApproximate::Tanh)); });
   });
 }
 
 void CpuBackend::gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) {
-  dispatch_floating(x.dtype(), "gelu_backward", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "gelu_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     const T* pdy = dy.data<T>();
     const T* px = x.data<T>();
     T* pdx = dx.data<T>();
     if (approximate == GeluApproximate::None)
-      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = pdy[i] * gelu_derivative(px[i], GeluApproximate::None); });
+      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = T(C(pdy[i]) * gelu_derivative<C>(px[i], GeluApproximate::None)); });
     else
-      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = pdy[i] * gelu_derivative(px[i], GeluApproximate::Tanh); });
+      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = T(C(pdy[i]) * gelu_derivative<C>(px[i], GeluApproximate::Tanh)); });
   });
 }
 

@@ -62,38 +62,40 @@ std::unique_ptr<T, AlignedFree> aligned_buffer(int64_t count) {
 }
 
 // Packs op(A)[i0:i0+mc, p0:p0+kc] into strips of MR rows: strip s holds [kc][MR], zero padded.
-template <typename T>
-void pack_a(const GemmArgs<T>& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, T* dst) {
+template <typename T, typename In>
+void pack_a(const GemmArgs<T, In>& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, T* dst) {
   constexpr int MR = Tile<T>::MR;
   const int64_t strips = (mc + MR - 1) / MR;
   for (int64_t s = 0; s < strips; ++s) {
     T* out = dst + s * kc * MR;
     const int64_t rows = std::min<int64_t>(MR, mc - s * MR);
     for (int64_t p = 0; p < kc; ++p) {
-      const T* col = g.a + (i0 + s * MR) * g.rs_a + (p0 + p) * g.cs_a;
+      const In* col = g.a + (i0 + s * MR) * g.rs_a + (p0 + p) * g.cs_a;
       int64_t r = 0;
-      for (; r < rows; ++r) out[p * MR + r] = col[r * g.rs_a];
+      for (; r < rows; ++r) out[p * MR + r] = static_cast<T>(col[r * g.rs_a]);
       for (; r < MR; ++r) out[p * MR + r] = T(0);
     }
   }
 }
 
 // Packs op(B)[p0:p0+kc, j0:j0+nc] into strips of NR columns: strip s holds [kc][NR], zero padded.
-template <typename T>
-void pack_b(const GemmArgs<T>& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, T* dst) {
+template <typename T, typename In>
+void pack_b(const GemmArgs<T, In>& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, T* dst) {
   constexpr int NR = Tile<T>::NR;
   const int64_t strips = (nc + NR - 1) / NR;
   for (int64_t s = 0; s < strips; ++s) {
     T* out = dst + s * kc * NR;
     const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
     for (int64_t p = 0; p < kc; ++p) {
-      const T* row = g.b + (p0 + p) * g.rs_b + (j0 + s * NR) * g.cs_b;
+      const In* row = g.b + (p0 + p) * g.rs_b + (j0 + s * NR) * g.cs_b;
       int64_t c = 0;
-      if (g.cs_b == 1) {
-        std::memcpy(out + p * NR, row, static_cast<size_t>(cols) * sizeof(T));
-        c = cols;
+      if constexpr (std::is_same_v<T, In>) {
+        if (g.cs_b == 1) {
+          std::memcpy(out + p * NR, row, static_cast<size_t>(cols) * sizeof(T));
+          c = cols;
+        }
       }
-      for (; c < cols; ++c) out[p * NR + c] = row[c * g.cs_b];
+      for (; c < cols; ++c) out[p * NR + c] = static_cast<T>(row[c * g.cs_b]);
       for (; c < NR; ++c) out[p * NR + c] = T(0);
     }
   }
@@ -129,8 +131,8 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
 // Writes one MR×NR accumulator tile into C (clipped to rows × cols) with the epilogue. The
 // branches are hoisted out of the column loops so that each loop is one vector pass; the
 // arithmetic per element is still alpha·acc (+ beta·C + bias on the first K block, + C after).
-template <typename T>
-void store_tile(const GemmArgs<T>& g, const T* acc, int64_t i0, int64_t j0, int64_t rows, int64_t cols, bool first_k,
+template <typename T, typename In>
+void store_tile(const GemmArgs<T, In>& g, const T* acc, int64_t i0, int64_t j0, int64_t rows, int64_t cols, bool first_k,
                 bool last_k) {
   constexpr int NR = Tile<T>::NR;
   const T alpha = g.alpha, beta = g.beta;
@@ -152,14 +154,14 @@ void store_tile(const GemmArgs<T>& g, const T* acc, int64_t i0, int64_t j0, int6
   }
 }
 
-template <typename T>
-void gemm_small(const GemmArgs<T>& g) {
+template <typename T, typename In>
+void gemm_small(const GemmArgs<T, In>& g) {
   for (int64_t i = 0; i < g.m; ++i) {
     for (int64_t j = 0; j < g.n; ++j) {
       T acc = 0;
-      const T* a = g.a + i * g.rs_a;
-      const T* b = g.b + j * g.cs_b;
-      for (int64_t p = 0; p < g.k; ++p) acc += a[p * g.cs_a] * b[p * g.rs_b];
+      const In* a = g.a + i * g.rs_a;
+      const In* b = g.b + j * g.cs_b;
+      for (int64_t p = 0; p < g.k; ++p) acc += static_cast<T>(a[p * g.cs_a]) * static_cast<T>(b[p * g.rs_b]);
       T v = g.alpha * acc;
       T& c = g.c[i * g.ldc + j];
       if (g.beta != T(0)) v += g.beta * c;
@@ -184,8 +186,8 @@ PackBuffers<T>& pack_buffers() {
 }
 
 // The serial blocked algorithm over all of `g` (one thread's block of C).
-template <typename T>
-void gemm_serial(const GemmArgs<T>& g) {
+template <typename T, typename In>
+void gemm_serial(const GemmArgs<T, In>& g) {
   using Tl = Tile<T>;
   constexpr int MR = Tl::MR, NR = Tl::NR;
   PackBuffers<T>& buffers = pack_buffers<T>();
@@ -217,14 +219,14 @@ void gemm_serial(const GemmArgs<T>& g) {
 
 // Block `part` of `parts` of C: whole NR-column strips when there are enough of them, else
 // whole MR-row strips; the strips are dealt out as evenly as they go.
-template <typename T>
-GemmArgs<T> block_of(const GemmArgs<T>& g, int part, int parts, bool split_columns) {
+template <typename T, typename In>
+GemmArgs<T, In> block_of(const GemmArgs<T, In>& g, int part, int parts, bool split_columns) {
   constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
   const int64_t unit = split_columns ? NR : MR, extent = split_columns ? g.n : g.m;
   const int64_t strips = (extent + unit - 1) / unit;
   const int64_t begin = std::min(extent, strips * part / parts * unit);
   const int64_t end = std::min(extent, strips * (part + 1) / parts * unit);
-  GemmArgs<T> sub = g;
+  GemmArgs<T, In> sub = g;
   if (split_columns) {
     sub.n = end - begin;
     sub.b = g.b + begin * g.cs_b;
@@ -238,8 +240,8 @@ GemmArgs<T> block_of(const GemmArgs<T>& g, int part, int parts, bool split_colum
   return sub;
 }
 
-template <typename T>
-void gemm_blocked(const GemmArgs<T>& g) {
+template <typename T, typename In>
+void gemm_blocked(const GemmArgs<T, In>& g) {
   constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
   // Mid-size problems stay on the calling thread: a thread team would cost more than it saves.
   ThreadPool& pool = ThreadPool::instance();
@@ -249,14 +251,14 @@ void gemm_blocked(const GemmArgs<T>& g) {
   const int parts = static_cast<int>(std::min<int64_t>(threads, split_columns ? col_strips : row_strips));
   if (parts <= 1) return gemm_serial(g);
   pool.run(parts, [&](int part, int count) {
-    const GemmArgs<T> sub = block_of(g, part, count, split_columns);
+    const GemmArgs<T, In> sub = block_of(g, part, count, split_columns);
     if (sub.m > 0 && sub.n > 0) gemm_serial(sub);
   });
 }
 
 // K = 0: the product is empty, C = beta·C (+ bias, ReLU).
-template <typename T>
-void gemm_epilogue_only(const GemmArgs<T>& g) {
+template <typename T, typename In>
+void gemm_epilogue_only(const GemmArgs<T, In>& g) {
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t j = 0; j < g.n; ++j) {
       T& c = g.c[i * g.ldc + j];
@@ -269,15 +271,17 @@ void gemm_epilogue_only(const GemmArgs<T>& g) {
 
 }  // namespace
 
-template <typename T>
-void gemm(const GemmArgs<T>& g) {
+template <typename T, typename In>
+void gemm(const GemmArgs<T, In>& g) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) return gemm_epilogue_only(g);
   if (g.m * g.n * g.k <= 32 * 32 * 32) return gemm_small(g);
   gemm_blocked(g);
 }
 
-template void gemm<float>(const GemmArgs<float>&);
-template void gemm<double>(const GemmArgs<double>&);
+template void gemm<float, float>(const GemmArgs<float, float>&);
+template void gemm<double, double>(const GemmArgs<double, double>&);
+template void gemm<float, bfloat16>(const GemmArgs<float, bfloat16>&);
+template void gemm<float, float16>(const GemmArgs<float, float16>&);
 
 }  // namespace minidl::cpu

@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -24,6 +25,11 @@ constexpr int64_t kColumnBlock = 64;  // columns per task of the dw/db sums
 
 void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                                     Tensor& mean, Tensor& rstd) {
+  if (HalfStaging::needed({&x, &weight, &bias, &y, &mean, &rstd})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    layer_norm_forward(s.in(x), s.in(weight), s.in(bias), eps, s.out(y), s.out(mean), s.out(rstd));
+    return s.commit();
+  }
   dispatch_floating(x.dtype(), "layer_norm_forward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = x.shape()[0], D = x.shape()[1];
@@ -58,6 +64,11 @@ void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const
 
 void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  if (HalfStaging::needed({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    layer_norm_backward(s.in(dy), s.in(x), s.in(weight), s.in(mean), s.in(rstd), s.out(dx), s.out(dweight), s.out(dbias));
+    return s.commit();
+  }
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = x.shape()[0], D = x.shape()[1];

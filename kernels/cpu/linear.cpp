@@ -6,7 +6,11 @@
 //   forward:  y[N,M] = x[N,K]·W[M,K]ᵀ + b     — B = Wᵀ read with strides (1, K); bias and
 //             ReLU fused in the GEMM epilogue
 //   backward: dx[N,K] = dy[N,M]·W[M,K];  dW[M,K] = dyᵀ·x;  db[M] = Σ_rows dy
+// 16-bit operands: the GEMM reads them as they are (converting while it packs) and computes C
+// in a float32 buffer, rounded into the 16-bit result once at the end (HalfStaging::out): no
+// partial sum is ever rounded to 16 bits.
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -24,9 +28,11 @@ OpStrides op_strides(const Tensor& x, bool trans) {
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) {
-  dispatch_floating(c.dtype(), "matmul", [&](auto tag) {
+  dispatch_floating_and_half(c.dtype(), "matmul", [&](auto tag) {
     using T = decltype(tag);
-    GemmArgs<T> g;
+    using C = compute_t<T>;
+    HalfStaging staging;
+    GemmArgs<C, T> g;
     g.m = c.shape()[0];
     g.n = c.shape()[1];
     g.k = trans_a ? a.shape()[0] : a.shape()[1];
@@ -37,18 +43,21 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_
     g.b = b.data<T>();
     g.rs_b = sb.rs;
     g.cs_b = sb.cs;
-    g.c = c.data<T>();
+    g.c = staging.out(c).template data<C>();
     g.ldc = g.n;
     gemm(g);
+    staging.commit();
   });
 }
 
 void CpuBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) {
   MINIDL_INTERNAL_ASSERT(p.batch >= 1 && p.m >= 1 && p.n >= 1 && p.k >= 1 && c.is_contiguous(), "batch, M, N, K = ",
                          p.batch, ", ", p.m, ", ", p.n, ", ", p.k);
-  dispatch_floating(c.dtype(), "matmul_batched", [&](auto tag) {
+  dispatch_floating_and_half(c.dtype(), "matmul_batched", [&](auto tag) {
     using T = decltype(tag);
-    GemmArgs<T> g;  // product 0; product i moves each pointer by i batch strides
+    using C = compute_t<T>;
+    HalfStaging staging;
+    GemmArgs<C, T> g;  // product 0; product i moves each pointer by i batch strides
     g.m = p.m;
     g.n = p.n;
     g.k = p.k;
@@ -59,9 +68,9 @@ void CpuBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, con
     g.ldc = p.n;
     const T* a0 = a.data<T>();
     const T* b0 = b.data<T>();
-    T* c0 = c.data<T>();
+    C* c0 = staging.out(c).template data<C>();
     auto product = [&](int64_t i) {
-      GemmArgs<T> gi = g;
+      GemmArgs<C, T> gi = g;
       gi.a = a0 + i * p.stride_a;
       gi.b = b0 + i * p.stride_b;
       gi.c = c0 + i * p.m * p.n;
@@ -75,13 +84,16 @@ void CpuBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, con
     } else {
       parallel_rows(p.batch, p.batch * flops, product);
     }
+    staging.commit();
   });
 }
 
 void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) {
-  dispatch_floating(y.dtype(), "linear_forward", [&](auto tag) {
+  dispatch_floating_and_half(y.dtype(), "linear_forward", [&](auto tag) {
     using T = decltype(tag);
-    GemmArgs<T> g;
+    using C = compute_t<T>;
+    HalfStaging staging;
+    GemmArgs<C, T> g;
     g.m = x.shape()[0];
     g.k = x.shape()[1];
     g.n = w.shape()[0];
@@ -91,11 +103,12 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     g.b = w.data<T>();  // Wᵀ: element (k, j) = W[j, k]
     g.rs_b = 1;
     g.cs_b = g.k;
-    g.c = y.data<T>();
+    g.c = staging.out(y).template data<C>();
     g.ldc = g.n;
-    g.bias = bias.defined() ? bias.data<T>() : nullptr;
+    g.bias = bias.defined() ? staging.in(bias).template data<C>() : nullptr;
     g.relu = act == Activation::ReLU;
     gemm(g);
+    staging.commit();
   });
 }
 

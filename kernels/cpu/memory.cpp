@@ -65,7 +65,7 @@ void CpuBackend::cast(const Tensor& src, Tensor& dst) {
       const S* s = static_cast<const S*>(src.raw_data());
       D* d = static_cast<D*>(dst.raw_data());
       const int64_t n = src.numel();
-      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<D>(s[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = convert<D>(s[i]);
     });
   });
 }
@@ -74,7 +74,7 @@ void CpuBackend::fill(Tensor& dst, double value) {
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.raw_data());
-    const T v = static_cast<T>(value);
+    const T v = convert<T>(value);
     const int64_t n = dst.numel();
     for (int64_t i = 0; i < n; ++i) d[i] = v;
   });
@@ -84,7 +84,7 @@ void CpuBackend::arange(Tensor& dst, double start, double step) {
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.raw_data());
-    for (int64_t i = 0; i < dst.numel(); ++i) d[i] = static_cast<T>(start + static_cast<double>(i) * step);
+    for (int64_t i = 0; i < dst.numel(); ++i) d[i] = convert<T>(start + static_cast<double>(i) * step);
   });
 }
 
@@ -97,25 +97,45 @@ void CpuBackend::gather_rows(const Tensor& src, const Tensor& indices, Tensor& o
   for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * row_bytes, s + idx[r] * static_cast<int64_t>(row_bytes), row_bytes);
 }
 
+namespace {
+// The largest value of T below `high` (high > low): where rounding lifted a draw onto high, the
+// draw is pulled back inside [low, high), as for float32. For a 16-bit format the step is one
+// unit of its encoding.
+template <typename T>
+T below(double high, double low) {
+  if constexpr (is_half_v<T>) {
+    const T h = convert<T>(high);
+    const uint16_t bits = h.bits();
+    // Moving toward low: a positive encoding steps down by one, a negative one steps up (its
+    // magnitude grows); +0 steps to the smallest negative subnormal.
+    if ((bits & 0x7fffu) == 0) return T::from_bits(0x8001);
+    return T::from_bits(static_cast<uint16_t>((bits & 0x8000u) ? bits + 1 : bits - 1));
+  } else {
+    return std::nextafter(static_cast<T>(high), static_cast<T>(low));
+  }
+}
+}  // namespace
+
+// A 16-bit tensor draws float32 uniforms (the same counters) and rounds each one.
 void CpuBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, uint64_t offset) {
-  dispatch_floating(dst.dtype(), "uniform", [&](auto tag) {
+  dispatch_floating_and_half(dst.dtype(), "uniform", [&](auto tag) {
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.raw_data());
     const int64_t n = dst.numel();
     parallel_rows(n, n, [&](int64_t i) {
       const philox::Block b = philox::block_for(seed, offset, static_cast<uint64_t>(i));
       double u;
-      if constexpr (std::is_same_v<T, float>) u = philox::uniform_float(b);
-      else u = philox::uniform_double(b.x[0], b.x[1]);
-      T v = static_cast<T>(low + (high - low) * u);
-      if (v >= static_cast<T>(high) && high > low) v = std::nextafter(static_cast<T>(high), static_cast<T>(low));
+      if constexpr (std::is_same_v<T, double>) u = philox::uniform_double(b.x[0], b.x[1]);
+      else u = philox::uniform_float(b);
+      T v = convert<T>(low + (high - low) * u);
+      if (static_cast<double>(v) >= high && high > low) v = below<T>(high, low);
       d[i] = v;
     });
   });
 }
 
 void CpuBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t offset) {
-  dispatch_floating(dst.dtype(), "normal", [&](auto tag) {
+  dispatch_floating_and_half(dst.dtype(), "normal", [&](auto tag) {
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.raw_data());
     const int64_t n = dst.numel();
@@ -125,7 +145,7 @@ void CpuBackend::normal(Tensor& dst, double mean, double stddev, uint64_t seed, 
       const double u1 = 1.0 - philox::uniform_double(b.x[0], b.x[1]);
       const double u2 = philox::uniform_double(b.x[2], b.x[3]);
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-      d[i] = static_cast<T>(mean + stddev * z);
+      d[i] = convert<T>(mean + stddev * z);
     });
   });
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -42,6 +43,11 @@ int64_t total_numel(const std::vector<Tensor>& tensors) {
 }  // namespace
 
 void CpuBackend::multi_tensor_norm(const std::vector<Tensor>& tensors, double p, Tensor& out) {
+  if (HalfStaging::needed(tensors) || HalfStaging::needed({&out})) {  // float32 math (half_staging.h)
+    HalfStaging s;
+    multi_tensor_norm(s.in(tensors), p, s.out(out));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(!tensors.empty() && p > 0.0);
   dispatch_floating(out.dtype(), "multi_tensor_norm", [&](auto tag) {
     using T = decltype(tag);
@@ -71,6 +77,12 @@ void CpuBackend::multi_tensor_norm(const std::vector<Tensor>& tensors, double p,
 }
 
 void CpuBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm) {
+  if (HalfStaging::needed(tensors) || HalfStaging::needed({&total_norm})) {  // float32 math (half_staging.h)
+    HalfStaging s;
+    std::vector<Tensor> targets = tensors;  // handles: rounding into them writes the callers' tensors
+    multi_tensor_clip(s.inout(targets), s.in(total_norm), max_norm);
+    return s.commit();
+  }
   dispatch_floating(total_norm.dtype(), "multi_tensor_clip", [&](auto tag) {
     using T = decltype(tag);
     const std::vector<Chunk> chunks = chunks_of(tensors);

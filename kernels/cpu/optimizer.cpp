@@ -6,10 +6,16 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
 void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) {
+  if (HalfStaging::needed({&param, &grad, &momentum_buffer})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    sgd_step(s.inout(param), s.in(grad), s.inout(momentum_buffer), cfg);
+    return s.commit();
+  }
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using T = decltype(tag);
     T* p = param.data<T>();
@@ -57,6 +63,11 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
 
 void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                            const AdamConfig& cfg) {
+  if (HalfStaging::needed({&param, &grad, &exp_avg, &exp_avg_sq})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    adam_step(s.inout(param), s.in(grad), s.inout(exp_avg), s.inout(exp_avg_sq), cfg);
+    return s.commit();
+  }
   dispatch_floating(param.dtype(), "adam_step", [&](auto tag) {
     using T = decltype(tag);
     T* p = param.data<T>();

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -52,6 +53,11 @@ bool takes_over(T v, T best) {
 }  // namespace
 
 void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    max_pool2d_forward(s.in(x), s.out(y), indices, g);
+    return s.commit();
+  }
   dispatch_floating(x.dtype(), "max_pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -106,6 +112,11 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices,
 }
 
 void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&dy, &dx})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    max_pool2d_backward(s.in(dy), indices, s.out(dx), g);
+    return s.commit();
+  }
   dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* pdy = dy.data<T>();
@@ -121,6 +132,11 @@ void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, Te
 }
 
 void CpuBackend::avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    avg_pool2d_forward(s.in(x), s.out(y), g);
+    return s.commit();
+  }
   dispatch_floating(x.dtype(), "avg_pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -142,6 +158,11 @@ void CpuBackend::avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeom
 }
 
 void CpuBackend::avg_pool2d_backward(const Tensor& dy, Tensor& dx, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&dy, &dx})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    avg_pool2d_backward(s.in(dy), s.out(dx), g);
+    return s.commit();
+  }
   dispatch_floating(dy.dtype(), "avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* pdy = dy.data<T>();

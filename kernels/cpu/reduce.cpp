@@ -4,6 +4,7 @@
 //   other dims accumulate whole rows in T, streaming through memory.
 //   argmax_rows: first index of the maximum of each row of [rows, cols].
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -13,7 +14,12 @@ template <> struct Accum<int64_t> { using type = int64_t; };
 }  // namespace
 
 void CpuBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
-  dispatch_all(x.dtype(), [&](auto tag) {
+  if (HalfStaging::needed({&x, &out})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    sum_dim(s.in(x), outer, n, inner, s.out(out));
+    return s.commit();
+  }
+  dispatch_native(x.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
     using A = typename Accum<T>::type;
     const T* px = static_cast<const T*>(x.raw_data());

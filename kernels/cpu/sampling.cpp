@@ -11,6 +11,7 @@
 
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -61,6 +62,11 @@ int64_t draw(const T* w, int64_t cols, int64_t part_len, const double* part, dou
 }  // namespace
 
 void CpuBackend::topk(const Tensor& x, int64_t k, bool largest, Tensor& values, Tensor& indices) {
+  if (HalfStaging::needed({&x, &values})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    topk(s.in(x), k, largest, s.out(values), indices);
+    return s.commit();
+  }
   dispatch_floating(x.dtype(), "topk", [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = x.shape()[0], cols = x.shape()[1];
@@ -83,6 +89,10 @@ void CpuBackend::topk(const Tensor& x, int64_t k, bool largest, Tensor& values, 
 
 std::optional<std::pair<int64_t, MultinomialDefect>> CpuBackend::find_invalid_distribution(const Tensor& weights,
                                                                                            int64_t min_positive) {
+  if (HalfStaging::needed({&weights})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    return find_invalid_distribution(s.in(weights), min_positive);
+  }
   std::optional<std::pair<int64_t, MultinomialDefect>> found;
   dispatch_floating(weights.dtype(), "multinomial", [&](auto tag) {
     using T = decltype(tag);
@@ -108,6 +118,11 @@ std::optional<std::pair<int64_t, MultinomialDefect>> CpuBackend::find_invalid_di
 
 void CpuBackend::multinomial(const Tensor& weights, int64_t n, bool replacement, uint64_t seed, uint64_t offset,
                              Tensor& out) {
+  if (HalfStaging::needed({&weights})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    multinomial(s.in(weights), n, replacement, seed, offset, out);
+    return s.commit();
+  }
   dispatch_floating(weights.dtype(), "multinomial", [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = weights.shape()[0], cols = weights.shape()[1];

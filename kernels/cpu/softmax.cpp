@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/half_staging.h"
 
 namespace minidl::cpu {
 
@@ -59,6 +60,11 @@ void for_rows(const Tensor& x, F&& f) {
 }  // namespace
 
 void CpuBackend::log_softmax_forward(const Tensor& x, Tensor& y) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    log_softmax_forward(s.in(x), s.out(y));
+    return s.commit();
+  }
   dispatch_floating(x.dtype(), "log_softmax", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -72,6 +78,11 @@ void CpuBackend::log_softmax_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  if (HalfStaging::needed({&dy, &y, &dx})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    log_softmax_backward(s.in(dy), s.in(y), s.out(dx));
+    return s.commit();
+  }
   dispatch_floating(y.dtype(), "log_softmax_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *pdy = dy.data<T>(), *py = y.data<T>();
@@ -85,6 +96,11 @@ void CpuBackend::log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor&
 }
 
 void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    softmax_forward(s.in(x), s.out(y));
+    return s.commit();
+  }
   dispatch_floating(x.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -98,6 +114,11 @@ void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  if (HalfStaging::needed({&dy, &y, &dx})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    softmax_backward(s.in(dy), s.in(y), s.out(dx));
+    return s.commit();
+  }
   dispatch_floating(y.dtype(), "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *pdy = dy.data<T>(), *py = y.data<T>();
@@ -152,6 +173,11 @@ T ce_loss(const T* row, int64_t cols, int64_t target, const RowLse<T>& st, doubl
 
 void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
                                                Tensor& stats, const CrossEntropyOptions& o) {
+  if (HalfStaging::needed({&logits, &loss, &stats})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    softmax_cross_entropy_forward(s.in(logits), targets, s.out(loss), s.out(stats), o);
+    return s.commit();
+  }
   dispatch_floating(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     const T* px = logits.data<T>();
@@ -174,6 +200,11 @@ void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tenso
 
 void CpuBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
                                                 const Tensor& scale, Tensor& dlogits, const CrossEntropyOptions& o) {
+  if (HalfStaging::needed({&logits, &stats, &scale, &dlogits})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    softmax_cross_entropy_backward(s.in(logits), targets, s.in(stats), s.in(scale), s.out(dlogits), o);
+    return s.commit();
+  }
   dispatch_floating(logits.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *px = logits.data<T>(), *pstats = stats.data<T>(), *ps = scale.data<T>();  // stats [rows, 2]: (m, 1/s)
@@ -197,6 +228,11 @@ void CpuBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tens
 
 void CpuBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& scale,
                                              Tensor& loss, Tensor& dlogits, const CrossEntropyOptions& o) {
+  if (HalfStaging::needed({&logits, &scale, &loss, &dlogits})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    softmax_cross_entropy_fused(s.in(logits), targets, s.in(scale), s.out(loss), s.out(dlogits), o);
+    return s.commit();
+  }
   dispatch_floating(logits.dtype(), "softmax_cross_entropy_fused", [&](auto tag) {
     using T = decltype(tag);
     const T* px = logits.data<T>();
@@ -223,6 +259,11 @@ void CpuBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor&
 }
 
 void CpuBackend::cross_entropy_mean_scale(const Tensor& targets, int64_t ignore_index, Tensor& scale) {
+  if (HalfStaging::needed({&scale})) {  // float32 math for 16-bit tensors (half_staging.h)
+    HalfStaging s;
+    cross_entropy_mean_scale(targets, ignore_index, s.out(scale));
+    return s.commit();
+  }
   const int64_t* t = targets.data<int64_t>();
   int64_t count = 0;
   for (int64_t i = 0; i < targets.numel(); ++i) count += t[i] != ignore_index;

@@ -54,7 +54,7 @@ class CudaBackend final : public Backend {
   CachingAllocator& caching_allocator() { return *allocator_; }
 
   Allocator& allocator() override { return *allocator_; }
-  bool computes_in(DType dtype) const override { return dtype == DType::Float32; }
+  bool computes_in(const char*, DType dtype) const override { return dtype == DType::Float32; }
 
   void copy(const Tensor& src, Tensor& dst) override;
   void strided_copy(const Tensor& src, Tensor& dst) override;

@@ -44,6 +44,13 @@ MPI_Datatype mpi_dtype(DType dtype) {
       return MPI_DOUBLE;
     case DType::Int64:
       return MPI_INT64_T;
+    case DType::BFloat16:
+    case DType::Float16:
+      // MPI has no 16-bit floating type to sum; mixed-precision training keeps its gradients in
+      // float32 (the master weights'), so only a 16-bit tensor a user hands in directly gets here.
+      throw Error(detail::make_message("mpi process group: ", dtype,
+                                       " tensors cannot be communicated over MPI (it has no 16-bit floating type); "
+                                       "convert them to float32 with .to(DType::Float32) first"));
   }
   throw Error("mpi process group: unknown dtype");
 }

@@ -47,6 +47,10 @@ inline ncclDataType_t nccl_dtype(DType dtype, const char* who) {
       return ncclFloat64;
     case DType::Int64:
       return ncclInt64;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Float16:
+      return ncclFloat16;
   }
   throw Error(detail::make_message(who, ": no NCCL type for dtype ", static_cast<int>(dtype)));
 }

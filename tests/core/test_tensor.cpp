@@ -99,7 +99,10 @@ TEST_CASE("broadcasting: N x C op C, op scalar, and mismatches", "[core][broadca
   CHECK((a / (col + 0.0)).to_vector<double>()[5] == 2.5);
   CHECK_THROWS_WITH(a + ones({2}, DType::Float64), Catch::Contains("add") && Catch::Contains("[2, 3]") &&
                                                         Catch::Contains("[2]"));
-  CHECK_THROWS_WITH(a + ones({3}), Catch::Contains("dtypes differ"));
+  // Floating dtypes promote (float64 + float32 is float64, as in PyTorch); int64 is refused.
+  CHECK((a + ones({3})).dtype() == DType::Float64);
+  CHECK((a + ones({3})).to_vector<double>()[5] == 6.0);
+  CHECK_THROWS_WITH(a + ones({3}, DType::Int64), Catch::Contains("dtypes differ"));
   CHECK((a.t() + a.t()).to_vector<double>() == std::vector<double>{0, 6, 2, 8, 4, 10});
 }
 

@@ -173,10 +173,10 @@ TEST_CASE("parse_safetensors refuses entries with a bad dtype or shape", "[io]")
   CHECK_THAT(entry(R"({"shape":[1],"data_offsets":[0,4]})", "abcd"), Contains("tensor 'w': missing \"dtype\""));
   CHECK_THAT(entry(R"({"dtype":32,"shape":[1],"data_offsets":[0,4]})", "abcd"), Contains("\"dtype\" must be a string"));
   CHECK_THAT(entry(R"({"dtype":"F33","shape":[1],"data_offsets":[0,4]})", "abcd"), Contains("unknown dtype \"F33\""));
-  for (const char* dt : {"BF16", "F16", "U8", "I32", "BOOL", "F8_E4M3", "U64"}) {
+  for (const char* dt : {"U8", "I32", "BOOL", "F8_E4M3", "U64"}) {
     INFO(dt);
     CHECK_THAT(entry(std::string(R"({"dtype":")") + dt + R"(","shape":[1],"data_offsets":[0,2]})", "ab"),
-               Contains(std::string("unsupported dtype ") + dt + "; minidl reads F32, F64, I64"));
+               Contains(std::string("unsupported dtype ") + dt + "; minidl reads F32, F64, I64, BF16, F16"));
   }
   CHECK_THAT(entry(R"({"dtype":"F32","data_offsets":[0,4]})", "abcd"), Contains("missing \"shape\""));
   for (const char* shape : {"3", "[-1]", "[2.0]", "[\"2\"]", "[null]", "{}", "[[1]]"}) {
