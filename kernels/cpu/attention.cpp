@@ -283,9 +283,11 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
 void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& out, const Tensor& lse, bool causal, double scale, double dropout_p,
                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
-  if (HalfStaging::needed({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv})) {  // float32 math for 16-bit tensors (half_staging.h)
+  // float32 math for 16-bit tensors (half_staging.h)
+  if (HalfStaging::needed({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv})) {
     HalfStaging s;
-    attention_backward(s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), s.in(lse), causal, scale, dropout_p, seed, offset, s.out(dq), s.out(dk), s.out(dv));
+    attention_backward(s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), s.in(lse), causal, scale, dropout_p, seed,
+                       offset, s.out(dq), s.out(dk), s.out(dv));
     return s.commit();
   }
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {

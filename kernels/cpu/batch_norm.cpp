@@ -35,9 +35,11 @@ Layout layout_of(const Tensor& x) {
 void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                                     Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
                                     Tensor& save_mean, Tensor& save_invstd) {
-  if (HalfStaging::needed({&x, &weight, &bias, &running_mean, &running_var, &y, &save_mean, &save_invstd})) {  // float32 math for 16-bit tensors (half_staging.h)
+  // float32 math for 16-bit tensors (half_staging.h)
+  if (HalfStaging::needed({&x, &weight, &bias, &running_mean, &running_var, &y, &save_mean, &save_invstd})) {
     HalfStaging s;
-    batch_norm_forward(s.in(x), s.in(weight), s.in(bias), s.inout(running_mean), s.inout(running_var), training, momentum, eps, s.out(y), s.out(save_mean), s.out(save_invstd));
+    batch_norm_forward(s.in(x), s.in(weight), s.in(bias), s.inout(running_mean), s.inout(running_var), training,
+                       momentum, eps, s.out(y), s.out(save_mean), s.out(save_invstd));
     return s.commit();
   }
   dispatch_floating(x.dtype(), "batch_norm_forward", [&](auto tag) {
@@ -98,9 +100,11 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                                      const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight,
                                      Tensor& dbias) {
-  if (HalfStaging::needed({&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias})) {  // float32 math for 16-bit tensors (half_staging.h)
+  // float32 math for 16-bit tensors (half_staging.h)
+  if (HalfStaging::needed({&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias})) {
     HalfStaging s;
-    batch_norm_backward(s.in(dy), s.in(x), s.in(weight), s.in(save_mean), s.in(save_invstd), training, s.out(dx), s.out(dweight), s.out(dbias));
+    batch_norm_backward(s.in(dy), s.in(x), s.in(weight), s.in(save_mean), s.in(save_invstd), training, s.out(dx),
+                        s.out(dweight), s.out(dbias));
     return s.commit();
   }
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {

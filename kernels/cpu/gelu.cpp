@@ -1,4 +1,5 @@
-// CPU GELU, elementwise, in T (float or double; float for 16-bit elements, rounded on store) — the expressions of kernels/cuda/gelu.cu:
+// CPU GELU, elementwise, in T (float or double; float for 16-bit elements, rounded on store) —
+// the expressions of kernels/cuda/gelu.cu:
 //   None: y = 0.5·x·erfc(−x/√2)                       (= x·Φ(x) = 0.5·x·(1 + erf(x/√2)))
 //         dy/dx = 0.5·erfc(−x/√2) + x·exp(−x²/2)/√(2π)
 //   Tanh: u = √(2/π)·(x + 0.044715·x³)
@@ -77,9 +78,11 @@ void CpuBackend::gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, Ge
     const T* px = x.data<T>();
     T* pdx = dx.data<T>();
     if (approximate == GeluApproximate::None)
-      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = T(C(pdy[i]) * gelu_derivative<C>(px[i], GeluApproximate::None)); });
+      parallel_for(x.numel(),
+                   [=](int64_t i) { pdx[i] = T(C(pdy[i]) * gelu_derivative<C>(px[i], GeluApproximate::None)); });
     else
-      parallel_for(x.numel(), [=](int64_t i) { pdx[i] = T(C(pdy[i]) * gelu_derivative<C>(px[i], GeluApproximate::Tanh)); });
+      parallel_for(x.numel(),
+                   [=](int64_t i) { pdx[i] = T(C(pdy[i]) * gelu_derivative<C>(px[i], GeluApproximate::Tanh)); });
   });
 }
 

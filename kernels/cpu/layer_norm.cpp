@@ -25,7 +25,8 @@ constexpr int64_t kColumnBlock = 64;  // columns per task of the dw/db sums
 
 void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                                     Tensor& mean, Tensor& rstd) {
-  if (HalfStaging::needed({&x, &weight, &bias, &y, &mean, &rstd})) {  // float32 math for 16-bit tensors (half_staging.h)
+  // float32 math for 16-bit tensors (half_staging.h)
+  if (HalfStaging::needed({&x, &weight, &bias, &y, &mean, &rstd})) {
     HalfStaging s;
     layer_norm_forward(s.in(x), s.in(weight), s.in(bias), eps, s.out(y), s.out(mean), s.out(rstd));
     return s.commit();
@@ -64,9 +65,11 @@ void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const
 
 void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
-  if (HalfStaging::needed({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) {  // float32 math for 16-bit tensors (half_staging.h)
+  // float32 math for 16-bit tensors (half_staging.h)
+  if (HalfStaging::needed({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) {
     HalfStaging s;
-    layer_norm_backward(s.in(dy), s.in(x), s.in(weight), s.in(mean), s.in(rstd), s.out(dx), s.out(dweight), s.out(dbias));
+    layer_norm_backward(s.in(dy), s.in(x), s.in(weight), s.in(mean), s.in(rstd), s.out(dx), s.out(dweight),
+                        s.out(dbias));
     return s.commit();
   }
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {

@@ -63,7 +63,8 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
 
 void CpuBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                            const AdamConfig& cfg) {
-  if (HalfStaging::needed({&param, &grad, &exp_avg, &exp_avg_sq})) {  // float32 math for 16-bit tensors (half_staging.h)
+  // float32 math for 16-bit tensors (half_staging.h)
+  if (HalfStaging::needed({&param, &grad, &exp_avg, &exp_avg_sq})) {
     HalfStaging s;
     adam_step(s.inout(param), s.in(grad), s.inout(exp_avg), s.inout(exp_avg_sq), cfg);
     return s.commit();
