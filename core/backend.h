@@ -376,6 +376,11 @@ class Backend {
   // c = min(max_norm / (total_norm[0] + 1e-6), 1) formed in that dtype on this device from the
   // one-element total_norm (no host wait; a NaN norm gives NaN, as torch's clamp does).
   virtual void multi_tensor_clip(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm) = 0;
+  // Loss scaling's unscale (optim/grad_scaler.h), one pass over every tensor (one launch on CUDA):
+  // t *= inv_scale in place, in t's dtype's arithmetic (float32 for 16-bit), and found_inf (one
+  // float32 element on this device, left as it is otherwise) is set to 1 when any element of any
+  // tensor was infinite or NaN before the multiplication. Tensors contiguous, one dtype, this device.
+  virtual void unscale_and_check_finite(const std::vector<Tensor>& tensors, float inv_scale, Tensor& found_inf) = 0;
   // The k best entries of each row of x [rows, cols] (0 < k <= cols): values [rows, k] and their
   // column indices [rows, k] (int64), best first; best is largest (or smallest), NaN counting as
   // larger than every number, and of equal values the lower index comes first.

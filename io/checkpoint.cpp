@@ -217,6 +217,21 @@ void save_checkpoint(const Checkpoint& c, const std::string& path) {
     }
   }
 
+  if (c.grad_scaler) {
+    const optim::GradScalerState& s = *c.grad_scaler;
+    MINIDL_CHECK(std::isfinite(s.scale) && s.scale > 0, refusing, ": the grad scaler's scale is ", s.scale,
+                 "; expected finite and positive");
+    MINIDL_CHECK(s.growth_tracker >= 0 && s.growth_interval >= 1, refusing, ": the grad scaler's growth tracker ",
+                 s.growth_tracker, " or interval ", s.growth_interval, " is out of range");
+    check_finite(s.growth_factor, refusing, "grad_scaler.growth_factor");
+    check_finite(s.backoff_factor, refusing, "grad_scaler.backoff_factor");
+    meta["grad_scaler.scale"] = format_exact(s.scale);
+    meta["grad_scaler.growth_tracker"] = std::to_string(s.growth_tracker);
+    meta["grad_scaler.growth_factor"] = format_exact(s.growth_factor);
+    meta["grad_scaler.backoff_factor"] = format_exact(s.backoff_factor);
+    meta["grad_scaler.growth_interval"] = std::to_string(s.growth_interval);
+  }
+
   for (const auto& [name, g] : c.generators) {
     MINIDL_CHECK(!name.empty() && name.find('.') == std::string::npos, refusing, ": generator name '", name,
                  "' must be non-empty without '.'");
@@ -290,6 +305,17 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& program) 
     c.scheduler = std::move(s);
   }
 
+  if (!r.with_prefix("grad_scaler.").empty()) {
+    optim::GradScalerState s;
+    s.scale = r.parse_real(r.text("grad_scaler.scale"), "grad_scaler.scale");
+    MINIDL_CHECK(s.scale > 0, r.where("grad_scaler.scale"), ": ", s.scale, " is not a positive scale");
+    s.growth_tracker = r.integer("grad_scaler.growth_tracker", 0);
+    s.growth_factor = r.parse_real(r.text("grad_scaler.growth_factor"), "grad_scaler.growth_factor");
+    s.backoff_factor = r.parse_real(r.text("grad_scaler.backoff_factor"), "grad_scaler.backoff_factor");
+    s.growth_interval = r.integer("grad_scaler.growth_interval", 1);
+    c.grad_scaler = s;
+  }
+
   for (const auto& [rest, value] : r.with_prefix("generator.")) {
     const size_t dot = rest.rfind('.');
     const std::string name = rest.substr(0, dot), field = dot == std::string::npos ? "" : rest.substr(dot + 1);
@@ -310,6 +336,8 @@ void capture_training_state(const TrainingState& s, Checkpoint& c) {
   c.optimizer = s.optimizer.state_dict(s.names);
   if (s.scheduler) c.scheduler = s.scheduler->state();
   else c.scheduler.reset();
+  if (s.grad_scaler && s.grad_scaler->is_enabled()) c.grad_scaler = s.grad_scaler->state();
+  else c.grad_scaler.reset();
   c.generators["default"] = default_generator().state();
 }
 
@@ -317,12 +345,17 @@ void restore_training_state(const TrainingState& s, const Checkpoint& c, const s
   MINIDL_CHECK(c.scheduler.has_value() == (s.scheduler != nullptr), "checkpoint ", path, " has ",
                c.scheduler ? "scheduler " + c.scheduler->scheduler : std::string("no scheduler"), ", this run ",
                s.scheduler ? "has one" : "has none");
+  const bool scaled = s.grad_scaler && s.grad_scaler->is_enabled();
+  MINIDL_CHECK(c.grad_scaler.has_value() == scaled, "checkpoint ", path, " has ",
+               c.grad_scaler ? "a float16 loss scale" : "no loss scale", ", this run ",
+               scaled ? "scales its float16 loss" : "has no loss scaling", " (resume with the --dtype it was written with)");
   auto def = c.generators.find("default");
   MINIDL_CHECK(def != c.generators.end(), "checkpoint ", path, ": the default generator's state is missing");
   // Each load checks before it changes anything; the model's comes first.
   s.model.load_state_dict(c.model);
   s.optimizer.load_state_dict(c.optimizer, s.names);
   if (s.scheduler) s.scheduler->load_state(*c.scheduler);
+  if (scaled) s.grad_scaler->load_state(*c.grad_scaler);
   default_generator().set_state(def->second);
 }
 

@@ -13,6 +13,8 @@
 //   step                       optimizer steps taken
 //   optimizer.name, .group_lrs, .hp.<k>, .counter.<k>, .groups, .group.<i>.params, .group.<i>.option.<k>
 //   scheduler.name ("none" without one), .last_epoch, .base_lrs, .last_lr, .hp.<k>
+//   grad_scaler.scale, .growth_tracker, .growth_factor, .backoff_factor, .growth_interval
+//                              (only when a float16 run's GradScaler is kept)
 //   generator.<name>.seed / .offset
 //   run.<key>                  the program's own metadata
 //
@@ -29,6 +31,7 @@
 #include "core/generator.h"
 #include "io/safetensors.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
@@ -40,6 +43,7 @@ struct Checkpoint {
   nn::StateDict model;
   optim::OptimizerState optimizer;
   std::optional<optim::LRSchedulerState> scheduler;   // none without a schedule
+  std::optional<optim::GradScalerState> grad_scaler;  // a float16 run's loss scale; none otherwise
   std::map<std::string, GeneratorState> generators;  // "default" (the default generator), any others by name
   Metadata metadata;                                  // the program's own strings (stored as run.<key>)
 };
@@ -57,14 +61,16 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
 // naming the file and the key or tensor. Never blocks on a FIFO (load_safetensors refuses it).
 Checkpoint load_checkpoint(const std::string& path, const std::string& program = "");
 
-// The state of a model/optimizer/scheduler/default generator in one call, and back:
-// capture_training_state fills those four fields of a Checkpoint; restore_training_state loads
-// them, each load checking before it changes anything (the model's first).
+// The state of a model/optimizer/scheduler/grad scaler/default generator in one call, and back:
+// capture_training_state fills those fields of a Checkpoint; restore_training_state loads them,
+// each load checking before it changes anything (the model's first). A run with an enabled
+// scaler resumes only from a checkpoint that has one, and the reverse.
 struct TrainingState {
   nn::Module& model;
   optim::Optimizer& optimizer;
   const optim::NamedParameters& names;  // the optimizer's parameters by name (model.named_parameters())
   optim::LRScheduler* scheduler = nullptr;
+  optim::GradScaler* grad_scaler = nullptr;  // kept only when enabled (float16)
 };
 void capture_training_state(const TrainingState& state, Checkpoint& checkpoint);
 void restore_training_state(const TrainingState& state, const Checkpoint& checkpoint, const std::string& path);

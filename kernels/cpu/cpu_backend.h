@@ -163,6 +163,7 @@ class CpuBackend final : public Backend {
   void cross_entropy_mean_scale(const Tensor& targets, int64_t ignore_index, Tensor& scale) override;
   void multi_tensor_norm(const std::vector<Tensor>& tensors, double p, Tensor& out) override;
   void multi_tensor_clip(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm) override;
+  void unscale_and_check_finite(const std::vector<Tensor>& tensors, float inv_scale, Tensor& found_inf) override;
   void topk(const Tensor& x, int64_t k, bool largest, Tensor& values, Tensor& indices) override;
   std::optional<std::pair<int64_t, MultinomialDefect>> find_invalid_distribution(const Tensor& weights,
                                                                                   int64_t min_positive) override;

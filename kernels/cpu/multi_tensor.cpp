@@ -96,4 +96,26 @@ void CpuBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Ten
   });
 }
 
+// One pass per tensor: multiply, and note whether the element was finite before (x·inv_scale
+// of a finite x can overflow only if inv_scale > 1, which a scaler never uses).
+void CpuBackend::unscale_and_check_finite(const std::vector<Tensor>& tensors, float inv_scale, Tensor& found_inf) {
+  bool any_bad = false;
+  for (const Tensor& t : tensors) {
+    dispatch_floating_and_half(t.dtype(), "unscale", [&](auto tag) {
+      using T = decltype(tag);
+      using C = compute_t<T>;
+      T* x = const_cast<Tensor&>(t).data<T>();
+      const int64_t n = t.numel();
+      bool bad = false;
+      for (int64_t i = 0; i < n; ++i) {
+        const C v = x[i];
+        bad = bad || !std::isfinite(v);
+        x[i] = static_cast<T>(v * static_cast<C>(inv_scale));
+      }
+      any_bad = any_bad || bad;
+    });
+  }
+  if (any_bad) found_inf.data<float>()[0] = 1.0f;
+}
+
 }  // namespace minidl::cpu

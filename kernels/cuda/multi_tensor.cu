@@ -2,6 +2,7 @@
 // gradients of clip_grad_norm_.
 //   multi_tensor_norm:  out = (Σ_tensors Σ_i |x_i|^p)^(1/p), or max |x_i| for p = inf
 //   multi_tensor_clip:  x_i *= c, c = min(max_norm / (norm[0] + 1e-6), 1), in place
+//   unscale:            x_i *= inv_scale in place, found_inf = 1 if any x_i was inf or NaN (GradScaler)
 // Strategy: one launch over the tensor table of kernels/cuda/tensor_table.cuh (PyTorch's
 // multi_tensor_apply), 256 threads over each chunk of 4096 elements.
 // The norm reduces each block's chunks to one partial in a fixed order, and the last block to
@@ -103,6 +104,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// x *= inv_scale over every tensor; found_inf = 1 where an element was not finite before. The
+// flag is written with atomicExch: many threads may find a bad value at once, and they all
+// write the same 1, but an unordered plain store from several threads is still a data race.
+__global__ void __launch_bounds__(kThreads)
+    unscale_kernel(Table tab, int64_t chunks, float inv_scale, float* __restrict__ found_inf) {
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int t = tensor_of(tab, c);
+    float* x = tensor_data(tab, 0, t);
+    const int64_t begin = (c - tab.first_chunk[t]) * kChunk;
+    const int64_t end = begin + kChunk < tab.numel[t] ? begin + kChunk : tab.numel[t];
+    bool bad = false;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = x[i];
+      bad = bad || !isfinite(v);
+      x[i] = v * inv_scale;
+    }
+    if (bad) atomicExch(found_inf, 1.0f);
+  }
+}
+
 // ---- host helpers ----
 
 bool all_contiguous_float32(const std::vector<Tensor>& tensors) {
@@ -144,6 +165,17 @@ void CudaBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Te
   const unsigned blocks = grid_for(chunks, 1, multiprocessor_count(), 8);
   MINIDL_LAUNCH(multi_tensor_clip_kernel, blocks, kThreads, 0, stream(), tab, chunks, total_norm.data<float>(),
                 static_cast<float>(max_norm));
+}
+
+void CudaBackend::unscale_and_check_finite(const std::vector<Tensor>& tensors, float inv_scale, Tensor& found_inf) {
+  MINIDL_INTERNAL_ASSERT(all_contiguous_float32(tensors) && found_inf.dtype() == DType::Float32 && found_inf.numel() == 1);
+  DeviceGuard guard(device_index());
+  Tensor table_storage;
+  int64_t chunks = 0;
+  const Table tab = upload_tensor_table<1>(*this, {&tensors}, kChunk, table_storage, chunks);
+  if (chunks == 0) return;
+  const unsigned blocks = grid_for(chunks, 1, multiprocessor_count(), 8);
+  MINIDL_LAUNCH(unscale_kernel, blocks, kThreads, 0, stream(), tab, chunks, inv_scale, found_inf.data<float>());
 }
 
 }  // namespace minidl::cuda
