@@ -23,6 +23,7 @@
 // backend_for(tensor.device()), so a replica thread runs on whichever device its tensors are on.
 #include "parallel/data_parallel.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "parallel/batch_shard.h"
 #include "parallel/model_state.h"
@@ -132,6 +133,7 @@ Tensor DataParallel::forward(const Tensor& x) {
   const std::vector<Tensor> shards = scatter(x, sizes, devices_);
   std::vector<Tensor> outputs(static_cast<size_t>(used));
   const bool grad_mode = grad_mode_enabled();
+  const autocast::State autocast_state = autocast::capture();  // a replica casts as its caller does
   // Note [a replica's random draws]: each replica draws from its own copy of the caller's
   // default generator, and its forward runs on its shard of the batch under a BatchRowsGuard
   // (parallel/batch_shard.h), so a per-row draw (dropout) takes the shard's rows of the whole
@@ -152,6 +154,7 @@ Tensor DataParallel::forward(const Tensor& x) {
     replica_shards[r] = BatchShard{{.begin = first, .rows = sizes[r], .total = batch.total}};
   threads_->run(used, [&](int r) {
     GradModeGuard mode(grad_mode);
+    const autocast::Scope cast(autocast_state);
     DefaultGeneratorGuard generator(generators[r]);
     BatchRowsGuard rows(replica_shards[r]);
     try {

@@ -20,6 +20,7 @@
 #include "samples/common/flags.h"
 #include "samples/common/input_files.h"
 #include "samples/common/parallel_model.h"
+#include "samples/common/precision.h"
 
 using namespace minidl;
 using namespace minidl::char_gpt;
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   CLI::App app{"minidl: train a character-level GPT on a text (nanoGPT's shakespeare_char) and sample from it"};
   TrainerConfig c;
   SampleOptions s;
-  std::string progress = "auto", from, dump_grads;
+  std::string progress = "auto", from, dump_grads, dtype = "fp32";
   int64_t sample = 0;
   app.add_option("--data", c.data, "the text file to learn")->default_str(default_data_path());
   app.add_option("--n-layer", c.n_layer, "transformer blocks")->check(samples::positive_integer<int64_t>())->capture_default_str();
@@ -99,6 +100,10 @@ int main(int argc, char** argv) {
       ->check(samples::positive_integer<int64_t>())
       ->capture_default_str();
   app.add_option("--device", c.device, "cpu, cuda, cuda:N or auto (CUDA when available)")->capture_default_str();
+  app.add_option("--dtype", dtype, "fp32, bf16 or fp16: the forward under autocast in that precision, float32 master "
+                                   "weights (fp16 with loss scaling)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the weights, the batches and the sampling")
       ->check(samples::seed_value())
       ->capture_default_str();
@@ -137,6 +142,7 @@ int main(int argc, char** argv) {
   int world = 1, rank = 0;
   std::string doing = "checking the flags";  // what an out-of-memory error says was under way
   try {
+    c.dtype = samples::parse_precision(dtype);
     if (progress == "auto") c.progress = isatty(STDOUT_FILENO) ? ProgressStyle::Bar : ProgressStyle::Lines;
     else if (progress == "bar") c.progress = ProgressStyle::Bar;
     else if (progress == "lines") c.progress = ProgressStyle::Lines;

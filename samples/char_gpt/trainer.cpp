@@ -28,6 +28,7 @@
 #include "parallel/process_group.h"
 #include "samples/common/input_files.h"
 #include "samples/common/parallel_model.h"
+#include "samples/common/precision.h"
 #include "samples/common/train_loop.h"
 
 namespace minidl::char_gpt {
@@ -88,6 +89,14 @@ std::map<std::string, std::string> hyperparameters_of(const TrainerConfig& c, in
           {"grad_clip", io::format_exact(c.grad_clip)},
           {"grad_accum", std::to_string(c.grad_accum)},
           {"seed", std::to_string(c.seed)}};
+}
+
+// The hyperparameters a checkpoint records and a resume must match: the precision too, where it
+// is not float32 (a float32 run's checkpoints keep the keys they always had).
+std::map<std::string, std::string> checkpoint_hyperparameters(const TrainerConfig& c, int64_t vocab_size) {
+  std::map<std::string, std::string> hp = hyperparameters_of(c, vocab_size);
+  if (c.dtype != DType::Float32) hp["dtype"] = samples::precision_name(c.dtype);
+  return hp;
 }
 
 // ---- the optimizer ----
@@ -154,9 +163,11 @@ class GPTTask final : public samples::TrainingTask {
     batch_gen_.manual_seed(config_.seed + static_cast<uint64_t>(rank_));
   }
 
-  io::TrainingState training_state() override { return {*model_, *optimizer_, names_, scheduler_.get()}; }
+  io::TrainingState training_state() override {
+    return {*model_, *optimizer_, names_, scheduler_.get(), &precision_.scaler()};
+  }
   std::map<std::string, std::string> hyperparameters() const override {
-    return hyperparameters_of(config_, data_.vocab.size());
+    return checkpoint_hyperparameters(config_, data_.vocab.size());
   }
 
   // One optimizer step of grad_accum micro-batches; returns their mean loss (this process's).
@@ -168,12 +179,22 @@ class GPTTask final : public samples::TrainingTask {
       const Tensor x = b.x.to(device_), y = b.y.to(device_);
       // Over processes the gradients are reduced once, after the last micro-batch's backward.
       const auto no_sync = m + 1 < config_.grad_accum ? parallel_->no_sync() : nullptr;
-      const Tensor loss = batch_loss(parallel_->forward(x, parallel_->shard(x.size(0))), y);
-      (loss / static_cast<double>(config_.grad_accum)).backward();  // the mean over micro-batches
+      Tensor loss;
+      {
+        const auto cast = precision_.autocast(device_);  // --dtype bf16/fp16: the forward only
+        loss = batch_loss(parallel_->forward(x, parallel_->shard(x.size(0))), y);
+      }
+      // The mean over micro-batches, times the loss scale for fp16 (1 otherwise).
+      precision_.scaler().scale(loss / static_cast<double>(config_.grad_accum)).backward();
       loss_sum += loss.item();
     }
-    if (config_.grad_clip > 0) nn::clip_grad_norm_(params_, config_.grad_clip);
-    optimizer_->step();
+    optim::GradScaler& scaler = precision_.scaler();
+    if (config_.grad_clip > 0) {
+      scaler.unscale_(*optimizer_);  // clip the true gradients, not the scaled ones
+      nn::clip_grad_norm_(params_, config_.grad_clip);
+    }
+    scaler.step(*optimizer_);  // skipped (fp16) when a gradient overflowed
+    scaler.update();
     scheduler_->step();  // the lr of the next iteration
     return {loss_sum / static_cast<double>(config_.grad_accum), 0};
   }
@@ -240,6 +261,7 @@ class GPTTask final : public samples::TrainingTask {
     double sum = 0;
     for (int64_t i = 0; i < config_.eval_iters; ++i) {
       const Batch b = get_batch(split, config_.batch_size, config_.block_size, gen, name);
+      const auto cast = precision_.autocast(device_);  // evaluated in the precision it trains in
       sum += batch_loss((*model_)(b.x.to(device_)), b.y.to(device_)).item();
     }
     model_->train();
@@ -256,6 +278,7 @@ class GPTTask final : public samples::TrainingTask {
   std::vector<Tensor> params_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<optim::WarmupCosineLR> scheduler_;
+  samples::MixedPrecision precision_{config_.dtype};
   Generator batch_gen_;
   std::vector<EvalPoint> history_;
 };

@@ -56,6 +56,7 @@ struct TrainerConfig {
   int64_t grad_accum = 1;      // micro-batches per optimizer step
   int64_t eval_interval = 250, eval_iters = 20;
   std::string device = "auto";  // cpu, cuda, cuda:N, auto
+  DType dtype = DType::Float32;  // --dtype: fp32, or bf16/fp16 autocast (samples/common/precision.h)
   uint64_t seed = 1337;
 
   std::string checkpoint;  // saved (atomically) at every evaluation when set

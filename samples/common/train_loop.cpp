@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "core/profiler.h"
+#include "samples/common/precision.h"
 
 namespace minidl::samples {
 
@@ -186,9 +187,10 @@ LoopResult TrainLoop::run() {
   result.step = step_;
   result.finished = step_ >= o.steps;
   if (o.print_speed && result.run_here > 0) {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%lld iterations in %.1f s, %.2f ms/iter", static_cast<long long>(result.run_here),
-                  result.seconds, result.ms_per_step());
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%lld iterations in %.1f s, %.2f ms/iter, peak resident memory %.1f MiB",
+                  static_cast<long long>(result.run_here), result.seconds, result.ms_per_step(),
+                  static_cast<double>(peak_resident_bytes()) / (1024.0 * 1024.0));
     progress_.print(buf);
   }
   return result;

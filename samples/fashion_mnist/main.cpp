@@ -19,6 +19,7 @@
 #include "samples/common/flags.h"
 #include "samples/common/input_files.h"
 #include "samples/common/parallel_model.h"
+#include "samples/common/precision.h"
 #include "samples/fashion_mnist/trainer.h"
 
 using namespace minidl;
@@ -55,7 +56,7 @@ std::vector<samples::PathFlag> checked_idx_files(const std::string& dir) {
 int main(int argc, char** argv) {
   CLI::App app{"minidl: train an MLP or a CNN on Fashion-MNIST, evaluating test accuracy after every epoch"};
   TrainerConfig c;
-  std::string hidden = "256,128", devices, progress = "auto";
+  std::string hidden = "256,128", devices, progress = "auto", dtype = "fp32";
   app.add_option("--epochs", c.epochs, "passes over the training set")
       ->check(samples::positive_integer<int64_t>())
       ->capture_default_str();
@@ -82,6 +83,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "cnn"}))
       ->capture_default_str();
   app.add_option("--device", c.device, "cpu, cuda, cuda:N or auto (CUDA when available)")->capture_default_str();
+  app.add_option("--dtype", dtype, "fp32, bf16 or fp16: the forward under autocast in that precision, float32 master "
+                                   "weights (fp16 with loss scaling)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   app.add_option("--devices", devices, "comma-separated devices for data-parallel training, e.g. cuda:0,cuda:1");
   app.add_option("--seed", c.seed, "seed of the initial weights and of the shuffling")
       ->check(samples::seed_value())
@@ -159,6 +164,7 @@ int main(int argc, char** argv) {
     }
     c.hidden = samples::parse_hidden_sizes(hidden);
     c.devices = samples::split_flag_list(devices, "--devices", "cuda:0,cuda:1");
+    c.dtype = samples::parse_precision(dtype);
     if (progress == "auto") c.progress = isatty(STDOUT_FILENO) ? ProgressStyle::Bar : ProgressStyle::Lines;
     else if (progress == "bar") c.progress = ProgressStyle::Bar;
     else if (progress == "lines") c.progress = ProgressStyle::Lines;

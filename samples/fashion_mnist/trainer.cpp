@@ -29,6 +29,7 @@
 #include "samples/fashion_mnist/metrics.h"
 #include "samples/common/input_files.h"
 #include "samples/common/parallel_model.h"
+#include "samples/common/precision.h"
 #include "samples/common/train_loop.h"
 
 namespace minidl::fashion_mnist {
@@ -71,6 +72,10 @@ void check_config(const TrainerConfig& c, bool writes) {
                ", --optimizer ", c.optimizer, ", ", c.devices.size() > 1 ? "several --devices" : "one device",
                "): the CNN's dropout draws random numbers and AdamW counts its steps on the host, which a replay "
                "would repeat unchanged");
+  MINIDL_CHECK(!c.cuda_graph || c.dtype != DType::Float16,
+               "fashion_mnist: --cuda-graph with --dtype fp16: the loss scaler decides on the host, after each "
+               "backward, whether the step runs (optim/grad_scaler.h), and a replayed graph cannot wait for that; "
+               "use --dtype bf16 (no loss scaling) or fp32 with --cuda-graph");
   MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
                c.stop_after_batches);
   if (!writes) return;
@@ -103,6 +108,7 @@ std::map<std::string, std::string> hyperparameters_of(const TrainerConfig& c) {
       {"limit", std::to_string(c.limit)},
   };
   if (c.optimizer == "sgd") hp["momentum"] = io::format_exact(c.momentum);
+  if (c.dtype != DType::Float32) hp["dtype"] = samples::precision_name(c.dtype);  // float32 runs keep their keys
   return hp;
 }
 
@@ -126,8 +132,10 @@ struct Evaluation {
 };
 
 // Mean cross-entropy and accuracy over the whole test set, in batches, without autograd.
-Evaluation evaluate_model(nn::Sequential& model, const data::TensorDataset& test, Device device) {
+Evaluation evaluate_model(nn::Sequential& model, const data::TensorDataset& test, Device device,
+                          const samples::MixedPrecision& precision) {
   NoGradGuard no_grad;
+  const auto cast = precision.autocast(device);  // evaluated in the precision it trains in
   model.eval();
   nn::CrossEntropyLoss summed(ops::Reduction::Sum);
   const int64_t n = test.size();
@@ -279,7 +287,9 @@ class FashionTask final : public samples::TrainingTask {
   std::shared_ptr<nn::Sequential> model() const { return model_; }
   const std::vector<EpochMetrics>& history() const { return history_; }
 
-  io::TrainingState training_state() override { return {*model_, *optimizer_, names_, scheduler_.get()}; }
+  io::TrainingState training_state() override {
+    return {*model_, *optimizer_, names_, scheduler_.get(), &precision_.scaler()};
+  }
   std::map<std::string, std::string> hyperparameters() const override { return hyperparameters_of(config_); }
 
   // The next batch of the loader (a new epoch's begin() after the last one ended), one step on it.
@@ -297,7 +307,7 @@ class FashionTask final : public samples::TrainingTask {
   }
 
   samples::NamedValues evaluate(const samples::EvalAt&) override {
-    const Evaluation e = evaluate_model(*model_, *data_.test, device_);
+    const Evaluation e = evaluate_model(*model_, *data_.test, device_, precision_);
     return {{"test loss", e.loss}, {"test accuracy", e.accuracy}};
   }
 
@@ -361,9 +371,16 @@ class FashionTask final : public samples::TrainingTask {
     const Tensor x = batch.x.to(device_), y = batch.y.to(device_);    // the global batch [n, 784], [n]
     const parallel::BatchShard shard = parallel_->shard(y.size(0));  // this process's rows of it
     optimizer_->zero_grad();
-    const Tensor loss = criterion_(parallel_->forward(x, shard), shard.of(y));
-    loss.backward();  // over replicas or processes: the global batch's gradient when it returns
-    optimizer_->step();
+    Tensor loss;
+    {
+      const auto cast = precision_.autocast(device_);  // --dtype bf16/fp16: the forward only
+      loss = criterion_(parallel_->forward(x, shard), shard.of(y));
+    }
+    // Over replicas or processes: the global batch's gradient when it returns (times the loss
+    // scale for fp16; the scaler divides it out and skips a step whose gradients overflowed).
+    precision_.scaler().scale(loss).backward();
+    precision_.scaler().step(*optimizer_);
+    precision_.scaler().update();
     return parallel_->global_mean(loss);
   }
 
@@ -404,6 +421,7 @@ class FashionTask final : public samples::TrainingTask {
   optim::NamedParameters names_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
+  samples::MixedPrecision precision_{config_.dtype};
   std::unique_ptr<data::DataLoader> loader_;
   std::optional<data::DataLoader::Iterator> batch_;  // the epoch in progress
   nn::CrossEntropyLoss criterion_;

@@ -42,6 +42,7 @@ struct TrainerConfig {
   // dropout and two Linear layers; the same defaults reach 92.59% in 10 epochs on the CPU).
   std::string model = "mlp";
   std::string device = "auto";        // "cpu", "cuda[:N]", "auto" (CUDA when available)
+  DType dtype = DType::Float32;       // --dtype: fp32, or bf16/fp16 autocast (samples/common/precision.h)
   std::vector<std::string> devices;   // several devices: data parallel (parallel::DataParallel)
   uint64_t seed = 0;                  // weights and shuffling
 
