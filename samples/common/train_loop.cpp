@@ -41,11 +41,16 @@ void TrainLoop::resume() {
   const std::string& path = options_.resume;
   io::Checkpoint ck = io::load_checkpoint(path, options_.program);
   std::vector<std::string> differ;
-  for (const auto& [key, value] : task_.hyperparameters()) {
+  const std::map<std::string, std::string> here = task_.hyperparameters();
+  for (const auto& [key, value] : here) {
     auto it = ck.metadata.find("hp." + key);
     const std::string saved = it == ck.metadata.end() ? "(none)" : it->second;
     if (saved != value) differ.push_back(key + " " + saved + " in the checkpoint, " + value + " here");
   }
+  // And the reverse: a setting the checkpoint records that this run does not have (a bf16 run's
+  // dtype, resumed in fp32).
+  for (const auto& [key, saved] : io::MetadataReader(ck.metadata, path).with_prefix("hp."))
+    if (!here.count(key)) differ.push_back(key + " " + saved + " in the checkpoint, (none) here");
   if (!differ.empty()) {
     std::string list;
     for (size_t i = 0; i < differ.size(); ++i) (list += i ? "; " : "") += differ[i];

@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "samples/char_gpt/trainer.h"
 #include "tests/error_message.h"
@@ -205,4 +206,44 @@ TEST_CASE("char_gpt: a step that makes the weights non-finite writes no checkpoi
   CHECK_THAT(message, Catch::Contains("refusing to save") && Catch::Contains("NaN or infinite value") &&
                           Catch::Contains("it keeps the state saved at iteration 0"));
   CHECK(load_model(c.checkpoint).iterations == 0);
+}
+
+TEST_CASE("char_gpt --dtype bf16/fp16: float32 master weights, a run resumed bit for bit, the scaler in the checkpoint",
+          "[samples][char-gpt][half]") {
+  minidl::testing::TempDir dir;
+  const DType dtype = GENERATE(DType::BFloat16, DType::Float16);
+  INFO(dtype);
+  TrainerConfig straight = small_config();
+  straight.dtype = dtype;
+  straight.dropout = 0.1;
+  const TrainingResult a = run(straight);
+  REQUIRE(a.finished);
+  for (const auto& [name, t] : a.model->state_dict()) {
+    INFO(name);
+    CHECK(t.dtype() == DType::Float32);  // the master weights
+  }
+  // Autocast changes the numbers: not the float32 run's weights.
+  TrainerConfig fp32 = small_config();
+  fp32.dropout = 0.1;
+  const TrainingResult f = run(fp32);
+  CHECK(f.model->state_dict().at("transformer.wte.weight").to_vector<float>() !=
+        a.model->state_dict().at("transformer.wte.weight").to_vector<float>());
+  // Stopped and resumed: the same bits as straight through.
+  TrainerConfig first = straight;
+  first.checkpoint = dir.path() + "/run.safetensors";
+  first.stop_after = 7;
+  run(first);
+  const io::Checkpoint ck = io::load_checkpoint(first.checkpoint, "char_gpt");
+  CHECK(ck.grad_scaler.has_value() == (dtype == DType::Float16));
+  CHECK(ck.metadata.at("hp.dtype") == (dtype == DType::Float16 ? "fp16" : "bf16"));
+  TrainerConfig second = straight;
+  second.resume = first.checkpoint;
+  const TrainingResult b = run(second);
+  CHECK(b.finished);
+  check_same_bits(a.model->state_dict(), b.model->state_dict());
+  // A checkpoint is continued only in the precision it was written in.
+  TrainerConfig other = straight;
+  other.dtype = DType::Float32;
+  other.resume = first.checkpoint;
+  CHECK_THAT(error_message([&] { run(other); }), Catch::Contains("dtype"));
 }
