@@ -445,13 +445,17 @@ std::vector<Summary> Profile::key_averages(bool group_by_input_shape) const {
     child_bytes[e.parent] += e.bytes;
     child_launches[e.parent] += e.launches;
   }
-  // The key: name, kind and (grouping by shape) the shapes as the table prints them.
-  std::map<std::tuple<std::string, Kind, std::string>, Summary> rows;
+  // The key: name, kind, the dtype where the recording mixes precisions, and (grouping by shape)
+  // the shapes as the table prints them.
+  const bool by_dtype = mixed_precision();
+  std::map<std::tuple<std::string, Kind, std::string, std::string>, Summary> rows;
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
-    Summary& s = rows[{e.name, e.kind, group_by_input_shape ? shapes_text(e.shapes) : std::string()}];
+    const std::string dtype = by_dtype ? e.dtype : std::string();
+    Summary& s = rows[{e.name, e.kind, dtype, group_by_input_shape ? shapes_text(e.shapes) : std::string()}];
     s.name = e.name;
     s.kind = e.kind;
+    s.dtype = dtype;
     if (group_by_input_shape) s.input_shapes = e.shapes;
     s.calls += 1;
     s.total_ns += e.host_ns();
@@ -469,9 +473,16 @@ std::vector<Summary> Profile::key_averages(bool group_by_input_shape) const {
   std::sort(out.begin(), out.end(), [](const Summary& a, const Summary& b) {
     if (a.self_ns != b.self_ns) return a.self_ns > b.self_ns;
     if (a.name != b.name) return a.name < b.name;
+    if (a.dtype != b.dtype) return a.dtype < b.dtype;
     return shapes_text(a.input_shapes) < shapes_text(b.input_shapes);
   });
   return out;
+}
+
+bool Profile::mixed_precision() const {
+  for (const Event& e : events_)
+    if (e.dtype == dtype_name(DType::BFloat16) || e.dtype == dtype_name(DType::Float16)) return true;
+  return false;
 }
 
 std::string Profile::table(size_t max_rows, bool group_by_input_shape) const {
@@ -491,6 +502,8 @@ std::string Profile::table(size_t max_rows, bool group_by_input_shape) const {
   auto cell = [&](const std::string& text, int width) { os << std::setw(width) << text; };
   os << std::left << std::setw(static_cast<int>(name_width)) << "Name" << std::right;
   cell("Kind", 11);
+  const bool dtypes = mixed_precision();
+  if (dtypes) cell("Dtype", 10);
   cell("Calls", 7);
   cell("Self host", 12);
   cell("Self %", 8);
@@ -504,7 +517,7 @@ std::string Profile::table(size_t max_rows, bool group_by_input_shape) const {
   cell("Self alloc", 12);
   // The shapes come last, left-aligned and never cut: they are what tells two rows of one op apart.
   if (group_by_input_shape) os << "  Input shapes";
-  os << '\n' << std::string(name_width + 11 + 7 + 12 + 8 + 12 + 11 + (any_device ? 23 : 0) + (any_launch ? 9 : 0) + 12 +
+  os << '\n' << std::string(name_width + 11 + (dtypes ? 10 : 0) + 7 + 12 + 8 + 12 + 11 + (any_device ? 23 : 0) + (any_launch ? 9 : 0) + 12 +
                                 (group_by_input_shape ? 14 : 0),
                             '-')
      << '\n';
@@ -513,6 +526,7 @@ std::string Profile::table(size_t max_rows, bool group_by_input_shape) const {
     std::string name = s.name.size() > 44 ? s.name.substr(0, 41) + "..." : s.name;
     os << std::left << std::setw(static_cast<int>(name_width)) << name << std::right;
     cell(kind_name(s.kind), 11);
+    if (dtypes) cell(s.dtype.empty() ? "-" : s.dtype, 10);
     cell(std::to_string(s.calls), 7);
     cell(format_ns(s.self_ns), 12);
     std::ostringstream pct;

@@ -90,10 +90,14 @@ struct Event {
 };
 
 // One row of the table: every range of one name (and kind) summed; with group_by_input_shape,
-// every range of one name, kind and list of input shapes.
+// every range of one name, kind and list of input shapes. In a recording where some op ran in a
+// 16-bit dtype (mixed precision: bfloat16/float16), rows are also told
+// apart by their first input's dtype, shown in a Dtype column: a linear in bfloat16 and the same
+// linear's float32 weight cast are two rows.
 struct Summary {
   std::string name;
   Kind kind = Kind::Op;
+  std::string dtype;                // the first input's dtype when rows are split by it, else empty
   std::vector<Shape> input_shapes;  // the row's inputs' shapes when grouped by them, else empty
   int64_t calls = 0;
   int64_t self_ns = 0;    // host time minus the time of the ranges nested directly inside
@@ -120,6 +124,9 @@ class Profile {
   // group_by_input_shape (torch.profiler's key_averages(group_by_input_shape=True)) a row per
   // name, kind and input shapes: a linear over [128, 784] and one over [32, 784] are two rows.
   std::vector<Summary> key_averages(bool group_by_input_shape = false) const;
+  // Whether some range's first input was 16-bit (the table then splits rows by dtype and shows a
+  // Dtype column).
+  bool mixed_precision() const;
   // key_averages() as text, at most `rows` rows (0: all): name, kind, calls, self and total
   // host time, self as a % of all self time, mean per call, device time and launches (when
   // there are any), bytes, and the input shapes when grouped by them; then the wall time, and

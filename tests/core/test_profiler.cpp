@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/ops.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
@@ -279,4 +280,20 @@ TEST_CASE("the profiler records nothing while off, and says what is wrong", "[co
     CHECK(find_event(cut, "late") != nullptr);
   }
   CHECK_FALSE(prof::active());
+}
+
+TEST_CASE("the profiler table shows each op's dtype when a recording mixes precisions", "[core][profiler][half]") {
+  const Tensor x = ones({4, 8}), w = ones({3, 8}).requires_grad_();
+  prof::Profiler profiler;
+  profiler.start();
+  {
+    AutocastGuard guard(Device::cpu(), DType::BFloat16);
+    (void)ops::linear(x, w);
+  }
+  const prof::Profile p = profiler.stop();
+  CHECK(p.mixed_precision());
+  const std::string table = p.table();
+  CHECK(table.find("Dtype") != std::string::npos);
+  CHECK(table.find("bfloat16") != std::string::npos);  // the linear, on its cast inputs
+  CHECK(table.find("float32") != std::string::npos);   // the casts of its float32 inputs
 }
