@@ -5,6 +5,8 @@
 //     ignored;
 //   clip_grad_norm_ (kernels/cuda/multi_tensor.cu): norms 2, 1, 1.5 and inf over tensors that
 //     cross the 4096-element chunks, a parameter without gradient, max_norm above and below;
+//   GradScaler's unscale pass (kernels/cuda/multi_tensor.cu): the gradients divided by the scale
+//     bit for bit as on the CPU, across the chunks, and an inf or NaN found in any tensor;
 //   topk and multinomial (kernels/cuda/sampling.cu): the same indices as the CPU, and the same
 //     samples for the same generator state.
 #include "cuda_test_util.h"
@@ -16,6 +18,8 @@
 
 #include "core/ops.h"
 #include "nn/nn.h"
+#include "optim/grad_scaler.h"
+#include "optim/sgd.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
@@ -120,6 +124,47 @@ TEST_CASE("clip_grad_norm_ on the device matches the CPU over tensors that cross
         check_close(gpu[i].grad(), cpu[i].grad(), 1e-7, 2e-5, "clipped gradient");  // the coefficient's 1e-5
       }
     }
+}
+
+TEST_CASE("GradScaler on the device unscales as the CPU does and finds an inf or NaN in any tensor",
+          "[cuda][grad_scaler]") {
+  const std::vector<Shape> shapes = {{4097}, {3, 1001}, {0}, {9000}, {5, 7}};
+  // A bad value placed in tensor `bad` (or none: -1), at an element past the first chunk.
+  for (int bad : {-1, 0, 3}) {
+    for (float value : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      INFO("bad tensor " << bad << ", value " << value);
+      std::vector<Tensor> gpu, cpu;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        Tensor grad = random_cpu(shapes[i], 200 + i) * 1024.0;
+        if (static_cast<int>(i) == bad) {
+          std::vector<float> g = grad.to_vector<float>();
+          g[g.size() - 2] = value;
+          grad = from_vector<float>(g).reshape(shapes[i]);
+        }
+        Tensor a = zeros(shapes[i], TensorOptions(DType::Float32, kGpu)).requires_grad_(),
+               b = zeros(shapes[i]).requires_grad_();
+        a.set_grad(grad.to(kGpu).clone());
+        b.set_grad(grad.clone());
+        gpu.push_back(a);
+        cpu.push_back(b);
+      }
+      optim::SGD opt_gpu(gpu, {.lr = 0.1}), opt_cpu(cpu, {.lr = 0.1});
+      optim::GradScaler on_gpu({.init_scale = 1024.0}), on_cpu({.init_scale = 1024.0});
+      const bool stepped_gpu = on_gpu.step(opt_gpu), stepped_cpu = on_cpu.step(opt_cpu);
+      CHECK(stepped_gpu == (bad < 0));
+      CHECK(stepped_gpu == stepped_cpu);
+      // x · (1/1024) is exact in float32 on both: the same bits.
+      for (size_t i = 0; i < gpu.size(); ++i) {
+        const std::vector<float> got = gpu[i].grad().to(Device::cpu()).to_vector<float>();
+        const std::vector<float> want = cpu[i].grad().to_vector<float>();
+        REQUIRE(got.size() == want.size());
+        for (size_t j = 0; j < got.size(); ++j)
+          CHECK((got[j] == want[j] || (std::isnan(got[j]) && std::isnan(want[j]))));
+      }
+      on_gpu.update();
+      CHECK(on_gpu.get_scale() == (bad < 0 ? 1024.0 : 512.0));
+    }
+  }
 }
 
 TEST_CASE("topk on the device gives the CPU's values and indices, ties and NaN included", "[cuda][topk]") {
