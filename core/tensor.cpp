@@ -267,10 +267,8 @@ Tensor empty(const Shape& shape, const TensorOptions& options) {
   MINIDL_CHECK(!options.requires_grad || is_floating(options.dtype),
                "empty: only floating-point tensors can require gradients, got ", options.dtype);
   MINIDL_CHECK(!(options.device.is_cuda() && options.dtype == DType::Float64), "empty: a float64 tensor of shape ",
-               shape, " on ", options.device, "; CUDA tensors are float32 or int64 (float64 lives on the CPU)");
-  MINIDL_CHECK(!(options.device.is_cuda() && is_half(options.dtype)), "empty: a ", options.dtype, " tensor of shape ",
-               shape, " on ", options.device, "; CUDA tensors are float32 or int64 in this version (the 16-bit ",
-               "dtypes live on the CPU; docs/mixed-precision.md)");
+               shape, " on ", options.device,
+               "; CUDA tensors are float32, bfloat16, float16 or int64 (float64 lives on the CPU)");
   // The byte count, refused before it can wrap: {2^31, 2^31} float32 would otherwise ask for 0.
   int64_t bytes = static_cast<int64_t>(dtype_size(options.dtype));
   for (int i = 0; i < shape.rank(); ++i)

@@ -27,7 +27,7 @@
 
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/half_staging.h"
+#include "kernels/half_staging.h"
 #include "kernels/cpu/fast_math.h"
 
 namespace minidl::cpu {

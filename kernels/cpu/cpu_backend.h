@@ -74,7 +74,7 @@ class CpuBackend final : public Backend {
  public:
   Allocator& allocator() override { return cpu_allocator(); }
   // Every op in every dtype it accepts: float32 and float64 throughout, bfloat16 and float16 with
-  // float32 math (kernels/cpu/half_staging.h), int64 wherever an op accepts it (binary, sum, argmax).
+  // float32 math (kernels/half_staging.h), int64 wherever an op accepts it (binary, sum, argmax).
   bool computes_in(const char*, DType) const override { return true; }
 
   void copy(const Tensor& src, Tensor& dst) override;

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/half_staging.h"
+#include "kernels/half_staging.h"
 
 namespace minidl::cpu {
 

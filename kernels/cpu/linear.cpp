@@ -10,7 +10,7 @@
 // in a float32 buffer, rounded into the 16-bit result once at the end (HalfStaging::out): no
 // partial sum is ever rounded to 16 bits.
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/half_staging.h"
+#include "kernels/half_staging.h"
 
 namespace minidl::cpu {
 

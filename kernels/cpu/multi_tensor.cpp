@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/half_staging.h"
+#include "kernels/half_staging.h"
 
 namespace minidl::cpu {
 

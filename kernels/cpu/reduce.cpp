@@ -4,7 +4,7 @@
 //   other dims accumulate whole rows in T, streaming through memory.
 //   argmax_rows: first index of the maximum of each row of [rows, cols].
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/half_staging.h"
+#include "kernels/half_staging.h"
 
 namespace minidl::cpu {
 

@@ -17,7 +17,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/half_staging.h"
+#include "kernels/half_staging.h"
 
 namespace minidl::cpu {
 

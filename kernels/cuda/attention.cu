@@ -31,6 +31,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -339,6 +340,11 @@ int64_t CudaBackend::attention_max_head_size() const { return kMaxHead; }
 
 void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                     double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) {
+  if (HalfStaging::needed({&q, &k, &v, &out, &lse})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    attention_forward(s.in(q), s.in(k), s.in(v), causal, scale, dropout_p, seed, offset, s.out(out), s.out(lse));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&q, &k, &v, &out, &lse}) && all_contiguous({&out, &lse}));
   MINIDL_INTERNAL_ASSERT(q.dim() == 4 && q.shape()[3] <= kMaxHead && v.shape()[3] <= kMaxHead);
   const int64_t BH = q.shape()[0] * q.shape()[1];
@@ -354,6 +360,12 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
                                      const Tensor& out, const Tensor& lse, bool causal, double scale,
                                      double dropout_p, uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk,
                                      Tensor& dv) {
+  if (HalfStaging::needed({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    attention_backward(s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), s.in(lse), causal, scale, dropout_p, seed,
+                       offset, s.out(dq), s.out(dk), s.out(dv));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv}) &&
                          all_contiguous({&dout, &out, &lse, &dq, &dk, &dv}));
   const int64_t BH = q.shape()[0] * q.shape()[1];

@@ -12,6 +12,7 @@
 // to 64 channels the per-channel blocks fill only part of an H200, which is what limits the
 // reductions for small batches.
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -139,6 +140,13 @@ float* data_or_null(Tensor& t) { return t.defined() ? t.data<float>() : nullptr;
 void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                                      Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
                                      Tensor& save_mean, Tensor& save_invstd) {
+  // float32 math (kernels/half_staging.h)
+  if (HalfStaging::needed({&x, &weight, &bias, &running_mean, &running_var, &y, &save_mean, &save_invstd})) {
+    HalfStaging s;
+    batch_norm_forward(s.in(x), s.in(weight), s.in(bias), s.inout(running_mean), s.inout(running_var), training,
+                       momentum, eps, s.out(y), s.out(save_mean), s.out(save_invstd));
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32, "batch_norm_forward: x is ", x.dtype());
   const Layout l = layout_of(x);
@@ -164,6 +172,13 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
 void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                                       const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight,
                                       Tensor& dbias) {
+  // float32 math (kernels/half_staging.h)
+  if (HalfStaging::needed({&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias})) {
+    HalfStaging s;
+    batch_norm_backward(s.in(dy), s.in(x), s.in(weight), s.in(save_mean), s.in(save_invstd), training, s.out(dx),
+                        s.out(dweight), s.out(dbias));
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(dy.dtype() == DType::Float32, "batch_norm_backward: dy is ", dy.dtype());
   const Layout l = layout_of(x);

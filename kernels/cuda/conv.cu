@@ -32,6 +32,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -165,6 +166,11 @@ int64_t conv2d_samples_per_chunk(const Conv2dGeometry& g) {
 
 void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                                  const Conv2dGeometry& g) {
+  if (HalfStaging::needed({&x, &w, &bias, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    conv2d_forward(s.in(x), s.in(w), s.in(bias), s.out(y), g);
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   assert_float32(x, "conv2d_forward", "x");
   assert_float32(w, "conv2d_forward", "weight");
@@ -194,6 +200,11 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
 
 void CudaBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                   Tensor& db, const Conv2dGeometry& g) {
+  if (HalfStaging::needed({&dy, &x, &w, &dx, &dw, &db})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    conv2d_backward(s.in(dy), s.in(x), s.in(w), s.out(dx), s.out(dw), s.out(db), g);
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   assert_float32(dy, "conv2d_backward", "dy");
   assert_float32(x, "conv2d_backward", "x");

@@ -35,6 +35,7 @@
 #include <initializer_list>
 #include <mutex>
 
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -328,6 +329,11 @@ CeParams ce_params(const CudaBackend& be, const Tensor& logits, const Tensor& ta
 
 void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss,
                                                 Tensor& stats, const CrossEntropyOptions& o) {
+  if (HalfStaging::needed({&logits, &loss, &stats})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    softmax_cross_entropy_forward(s.in(logits), targets, s.out(loss), s.out(stats), o);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {}, {&loss}) && row_stats(stats, logits));
   DeviceGuard guard(device_index());
   Tensor shifted;
@@ -341,6 +347,11 @@ void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tens
 
 void CudaBackend::softmax_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& stats,
                                                  const Tensor& scale, Tensor& dlogits, const CrossEntropyOptions& o) {
+  if (HalfStaging::needed({&logits, &stats, &scale, &dlogits})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    softmax_cross_entropy_backward(s.in(logits), targets, s.in(stats), s.in(scale), s.out(dlogits), o);
+    return s.commit();
+  }
   // scale: one value per row (Reduction::None) or one for all rows; the engine checked g's shape.
   MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {&dlogits}, {}) && row_stats(stats, logits));
   MINIDL_INTERNAL_ASSERT(scale.dtype() == DType::Float32 && scale.is_contiguous() &&
@@ -368,6 +379,11 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& logits, const Ten
 // The backward of a loss seeded with the implicit 1 launches nothing (dlogits are returned as is).
 void CudaBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& scale,
                                               Tensor& loss, Tensor& dlogits, const CrossEntropyOptions& o) {
+  if (HalfStaging::needed({&logits, &scale, &loss, &dlogits})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    softmax_cross_entropy_fused(s.in(logits), targets, s.in(scale), s.out(loss), s.out(dlogits), o);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(loss_arguments(logits, targets, {&dlogits}, {&loss}));
   MINIDL_INTERNAL_ASSERT(!scale.defined() || (scale.dtype() == DType::Float32 && scale.numel() == 1));
   DeviceGuard guard(device_index());
@@ -382,6 +398,11 @@ void CudaBackend::softmax_cross_entropy_fused(const Tensor& logits, const Tensor
 }
 
 void CudaBackend::cross_entropy_mean_scale(const Tensor& targets, int64_t ignore_index, Tensor& scale) {
+  if (HalfStaging::needed({&scale})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    cross_entropy_mean_scale(targets, ignore_index, s.out(scale));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(targets.dtype() == DType::Int64 && targets.is_contiguous() &&
                          scale.dtype() == DType::Float32 && scale.numel() == 1);
   DeviceGuard guard(device_index());

@@ -20,9 +20,12 @@
 //   conv.cu, pool.cu, batch_norm.cu, dropout.cu   the convolutional-network layers
 //   layer_norm.cu, gelu.cu, embedding.cu          the transformer layers (embedding's backward
 //                    sorts positions by index: a deterministic scatter-add without atomics)
-// Only float32 (and int64 for labels and indices) lives on a CUDA device, and the compute
-// methods run in float32 alone (computes_in); the op layer asks before it calls, so the
-// methods restate their dtype and shape assumptions as MINIDL_INTERNAL_ASSERTs (core/backend.h).
+// float32, bfloat16, float16 and int64 (labels and indices) live on a CUDA device; float64 does
+// not. The compute methods run in float32 (computes_in): a 16-bit tensor is computed in float32
+// math with one rounding per output, by a kernel that reads and writes 16 bits (half.cuh) where
+// the op is hot, else by staging it through float32 copies at the top of the method
+// (kernels/half_staging.h, as the CPU does). The op layer asks before it calls, so the methods
+// restate their dtype and shape assumptions as MINIDL_INTERNAL_ASSERTs (core/backend.h).
 #pragma once
 
 #include <cublas_v2.h>
@@ -54,7 +57,9 @@ class CudaBackend final : public Backend {
   CachingAllocator& caching_allocator() { return *allocator_; }
 
   Allocator& allocator() override { return *allocator_; }
-  bool computes_in(const char*, DType dtype) const override { return dtype == DType::Float32; }
+  // float32, and the 16-bit formats in float32 math: natively where a kernel reads 16 bits (the
+  // elementwise ops), through float32 staging elsewhere (kernels/half_staging.h).
+  bool computes_in(const char*, DType dtype) const override { return dtype == DType::Float32 || is_half(dtype); }
 
   void copy(const Tensor& src, Tensor& dst) override;
   void strided_copy(const Tensor& src, Tensor& dst) override;
@@ -216,6 +221,16 @@ CudaBackend& backend_of(const Tensor& t);
 inline bool all_float32(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors)
     if (t->defined() && t->dtype() != DType::Float32) return false;
+  return true;
+}
+// Every defined tensor given has one dtype, float32 or a 16-bit one (the native 16-bit kernels).
+inline bool same_floating(std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (first == nullptr) first = t;
+    if (t->dtype() != first->dtype() || !(t->dtype() == DType::Float32 || is_half(t->dtype()))) return false;
+  }
   return true;
 }
 inline bool all_contiguous(std::initializer_list<const Tensor*> tensors) {

@@ -1,4 +1,7 @@
-// Elementwise kernels of the CUDA backend (float32; equal also compares int64).
+// Elementwise kernels of the CUDA backend (float32, bfloat16 and float16; equal also compares
+// int64). A 16-bit op reads 16 bits, computes in float32 and rounds once on store (half.cuh), the
+// same math in the same order as the CPU's per-element conversion, so the results agree bit for
+// bit (a NaN's bits aside).
 //   binary:        out[i] = a[i] op b[i], op in {+, -, *, /}, over out's shape (contiguous);
 //                  a and b are views of out's shape with any strides (0 along broadcast dims).
 //   relu_forward:  y = x > 0 ? x : 0                  (x, y contiguous [n])
@@ -8,17 +11,20 @@
 // memory system busy. The contiguous cases go through one grid-stride "map" kernel (one wave of
 // resident blocks) that reads and writes 16-byte float4s, four per thread per trip (many loads
 // in flight per SM), with a scalar head and tail so that any size and any 4-byte-aligned start
-// is handled (Note [vector alignment]). binary picks the map kernel when both inputs are
+// is handled (Note [vector alignment]); the 16-bit map kernel does the same with 16-byte uint4s
+// of 8 elements (Note [16-bit vectors]). binary picks the map kernel when both inputs are
 // contiguous, a variant that keeps the scalar in a register when one input is a broadcast
 // single element (x * 0.5, 1 - x), and a strided kernel otherwise: the host first drops size-1
 // dims and merges dims that are contiguous in both inputs (a bias row over [N, C] becomes
 // rank 2), then each thread unravels its output index into two input offsets, in 32-bit
 // arithmetic whenever every index fits.
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
@@ -37,24 +43,26 @@ struct VectorSplit {
   int64_t vectors = 0;  // float4s over [head, head + 4 * vectors); the scalar tail follows
 };
 
-template <int kInputs>
-VectorSplit split_for_vectors(int64_t n, const float* out, const float* in0, const float* in1) {
-  const auto addr = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+// The same for any element type T: `vectors` counts 16-byte units of 16 / sizeof(T) elements.
+template <int kInputs, typename T>
+VectorSplit split_for_vectors(int64_t n, const T* out, const T* in0, const T* in1) {
+  constexpr int64_t kPerVector = 16 / sizeof(T);
+  const auto addr = [](const T* p) { return reinterpret_cast<uintptr_t>(p); };
   VectorSplit s;
-  if ((addr(out) & 3) != 0) {  // not even float-aligned: never vectorise
+  if ((addr(out) & (sizeof(T) - 1)) != 0) {  // not even element-aligned: never vectorise
     s.head = n;
     return s;
   }
-  int64_t head = static_cast<int64_t>(((16 - (addr(out) & 15)) & 15) / sizeof(float));
+  int64_t head = static_cast<int64_t>(((16 - (addr(out) & 15)) & 15) / sizeof(T));
   if (head > n) head = n;
-  bool aligned = ((addr(in0) + static_cast<uintptr_t>(head) * sizeof(float)) & 15) == 0;
-  if (kInputs == 2) aligned = aligned && ((addr(in1) + static_cast<uintptr_t>(head) * sizeof(float)) & 15) == 0;
+  bool aligned = ((addr(in0) + static_cast<uintptr_t>(head) * sizeof(T)) & 15) == 0;
+  if (kInputs == 2) aligned = aligned && ((addr(in1) + static_cast<uintptr_t>(head) * sizeof(T)) & 15) == 0;
   if (!aligned) {
     s.head = n;
     return s;
   }
   s.head = head;
-  s.vectors = (n - head) / 4;
+  s.vectors = (n - head) / kPerVector;
   return s;
 }
 
@@ -80,10 +88,10 @@ struct ScalarBound {
   __device__ float operator()(float v) const { return kScalarLeft ? BinaryFn<kOp>{}(s, v) : BinaryFn<kOp>{}(v, s); }
 };
 
-template <BinaryOp kOp, bool kScalarLeft>
+template <BinaryOp kOp, bool kScalarLeft, typename T = float>
 struct ScalarFn {
-  const float* scalar;
-  __device__ ScalarBound<kOp, kScalarLeft> bind() const { return {*scalar}; }
+  const T* scalar;
+  __device__ ScalarBound<kOp, kScalarLeft> bind() const { return {to_float(*scalar)}; }
 };
 
 // Same comparison as the CPU (x > 0 ? x : 0): NaN and -0 map to +0.
@@ -151,6 +159,50 @@ __global__ void __launch_bounds__(kMapThreads)
     out[i] = apply<kInputs>(g, in0[i], kInputs == 2 ? in1[i] : 0.0f);
 }
 
+// Note [16-bit vectors]: the 16-bit map kernel is map_kernel with uint4s of 8 bfloat16 / float16
+// elements in place of float4s (the same 16 bytes per access, so the same memory-system
+// behaviour, twice the elements). Each element is widened to float, f runs in float, and each
+// result is rounded once as it is packed (half.cuh's unpack8 / pack8). VectorSplit and the
+// scalar head and tail are as in Note [vector alignment], in units of 2-byte elements.
+template <typename T, int kInputs, class F>
+__global__ void __launch_bounds__(kMapThreads)
+    map_half_kernel(F f, T* out, const T* in0, const T* in1, int64_t n, VectorSplit split) {
+  const auto g = f.bind();
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+
+  const uint4* a8 = reinterpret_cast<const uint4*>(in0 + split.head);  // [vectors] uint4 of 8 elements
+  const uint4* b8 = reinterpret_cast<const uint4*>((kInputs == 2 ? in1 : in0) + split.head);
+  uint4* o8 = reinterpret_cast<uint4*>(out + split.head);
+  for (int64_t v = tid; v < split.vectors; v += stride * kMapUnroll) {
+    uint4 a[kMapUnroll], b[kMapUnroll];
+#pragma unroll
+    for (int u = 0; u < kMapUnroll; ++u) {  // every load of the trip first, as in map_kernel
+      const int64_t k = v + u * stride;
+      if (k < split.vectors) {
+        a[u] = a8[k];
+        if constexpr (kInputs == 2) b[u] = b8[k];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMapUnroll; ++u) {
+      const int64_t k = v + u * stride;
+      if (k < split.vectors) {
+        float fa[8], fb[8] = {}, r[8];
+        unpack8<T>(a[u], fa);
+        if constexpr (kInputs == 2) unpack8<T>(b[u], fb);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) r[j] = apply<kInputs>(g, fa[j], fb[j]);
+        o8[k] = pack8<T>(r);
+      }
+    }
+  }
+  for (int64_t i = tid; i < split.head; i += stride)
+    out[i] = from_float<T>(apply<kInputs>(g, to_float(in0[i]), kInputs == 2 ? to_float(in1[i]) : 0.0f));
+  for (int64_t i = split.head + 8 * split.vectors + tid; i < n; i += stride)
+    out[i] = from_float<T>(apply<kInputs>(g, to_float(in0[i]), kInputs == 2 ? to_float(in1[i]) : 0.0f));
+}
+
 // The geometry of a strided binary op after collapsing (see collapse_geometry): out is
 // contiguous over `size`, a and b are read at Σ index_d · stride_x[d]. Passed by value.
 struct StridedGeometry {
@@ -162,9 +214,10 @@ struct StridedGeometry {
 
 // One output element per thread (grid-stride): unravel i over the collapsed dims, innermost
 // first. Index is int32_t when every index and offset fits (integer division is much cheaper).
-template <typename Index, BinaryOp kOp>
+// T: float, or a 16-bit type read and written as such with the op in float (half.cuh).
+template <typename T, typename Index, BinaryOp kOp>
 __global__ void __launch_bounds__(kMapThreads)
-    binary_strided_kernel(StridedGeometry geo, const float* a, const float* b, float* out, int64_t n) {
+    binary_strided_kernel(StridedGeometry geo, const T* a, const T* b, T* out, int64_t n) {
   const BinaryFn<kOp> op;
   const Index stride = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
   for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
@@ -182,7 +235,7 @@ __global__ void __launch_bounds__(kMapThreads)
     }
     oa += rem * static_cast<Index>(geo.stride_a[0]);
     ob += rem * static_cast<Index>(geo.stride_b[0]);
-    out[i] = op(a[oa], b[ob]);
+    out[i] = from_float<T>(op(to_float(a[oa]), to_float(b[ob])));
   }
 }
 
@@ -191,7 +244,8 @@ __global__ void __launch_bounds__(kMapThreads)
     equal_kernel(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    out[i] = a[i] == b[i] ? 1.0f : 0.0f;
+    if constexpr (is_half_type_v<T>) out[i] = to_float(a[i]) == to_float(b[i]) ? 1.0f : 0.0f;  // as the CPU compares
+    else out[i] = a[i] == b[i] ? 1.0f : 0.0f;
 }
 
 // ---- host helpers ----
@@ -212,6 +266,30 @@ int map_blocks_per_multiprocessor() {
   return blocks;
 }
 
+template <typename T, int kInputs, class F>
+int map_half_blocks_per_multiprocessor() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, map_half_kernel<T, kInputs, F>, kMapThreads, 0) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky; fall back to a safe guess
+      b = 4;
+    }
+    return b > 0 ? b : 1;
+  }();
+  return blocks;
+}
+
+// The 16-bit map (Note [16-bit vectors]); T is __nv_bfloat16 or __half.
+template <int kInputs, typename T, class F>
+void launch_map_half(const CudaBackend& be, F f, T* out, const T* in0, const T* in1, int64_t n) {
+  const VectorSplit split = split_for_vectors<kInputs>(n, out, in0, in1);
+  const int64_t work = split.vectors > 0 ? ceil_div(split.vectors, kMapUnroll) : n;
+  const unsigned blocks =
+      grid_for(work, kMapThreads, be.multiprocessor_count(), map_half_blocks_per_multiprocessor<T, kInputs, F>());
+  MINIDL_LAUNCH(map_half_kernel<T, kInputs, F>, blocks, kMapThreads, 0, be.stream(), f, out, in0, in1, n, split);
+}
+
 template <int kInputs, class F>
 void launch_map(const CudaBackend& be, F f, float* out, const float* in0, const float* in1, int64_t n) {
   const VectorSplit split = split_for_vectors<kInputs>(n, out, in0, in1);
@@ -220,6 +298,13 @@ void launch_map(const CudaBackend& be, F f, float* out, const float* in0, const 
   const unsigned blocks =
       grid_for(work, kMapThreads, be.multiprocessor_count(), map_blocks_per_multiprocessor<kInputs, F>());
   MINIDL_LAUNCH(map_kernel<kInputs, F>, blocks, kMapThreads, 0, be.stream(), f, out, in0, in1, n, split);
+}
+
+// The map kernel for T's width: float4s of float32, uint4s of 16-bit elements.
+template <int kInputs, typename T, class F>
+void launch_map_any(const CudaBackend& be, F f, T* out, const T* in0, const T* in1, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) launch_map<kInputs>(be, f, out, in0, in1, n);
+  else launch_map_half<kInputs>(be, f, out, in0, in1, n);
 }
 
 // True when t reads one element for every index (all strides of non-trivial dims are 0).
@@ -272,31 +357,31 @@ bool fits_int32(const StridedGeometry& g, int64_t n) {
   return true;
 }
 
-template <BinaryOp kOp>
+template <typename T, BinaryOp kOp>
 void binary_typed(const CudaBackend& be, const Tensor& a, const Tensor& b, Tensor& out) {
   const int64_t n = out.numel();
-  const float* pa = static_cast<const float*>(a.raw_data());
-  const float* pb = static_cast<const float*>(b.raw_data());
-  float* po = static_cast<float*>(out.raw_data());
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
   const bool a_contig = a.is_contiguous(), b_contig = b.is_contiguous();
   if (a_contig && b_contig) {
-    launch_map<2>(be, BinaryFn<kOp>{}, po, pa, pb, n);
+    launch_map_any<2>(be, BinaryFn<kOp>{}, po, pa, pb, n);
     return;
   }
   if (a_contig && is_broadcast_scalar(b)) {
-    launch_map<1>(be, ScalarFn<kOp, false>{pb}, po, pa, nullptr, n);
+    launch_map_any<1>(be, ScalarFn<kOp, false, T>{pb}, po, pa, static_cast<const T*>(nullptr), n);
     return;
   }
   if (b_contig && is_broadcast_scalar(a)) {
-    launch_map<1>(be, ScalarFn<kOp, true>{pa}, po, pb, nullptr, n);
+    launch_map_any<1>(be, ScalarFn<kOp, true, T>{pa}, po, pb, static_cast<const T*>(nullptr), n);
     return;
   }
   const StridedGeometry geo = collapse_geometry(out.shape(), a.strides(), b.strides());
   const unsigned blocks = grid_for(n, kMapThreads, be.multiprocessor_count());
   if (fits_int32(geo, n)) {
-    MINIDL_LAUNCH(binary_strided_kernel<int32_t, kOp>, blocks, kMapThreads, 0, be.stream(), geo, pa, pb, po, n);
+    MINIDL_LAUNCH(binary_strided_kernel<T, int32_t, kOp>, blocks, kMapThreads, 0, be.stream(), geo, pa, pb, po, n);
   } else {
-    MINIDL_LAUNCH(binary_strided_kernel<int64_t, kOp>, blocks, kMapThreads, 0, be.stream(), geo, pa, pb, po, n);
+    MINIDL_LAUNCH(binary_strided_kernel<T, int64_t, kOp>, blocks, kMapThreads, 0, be.stream(), geo, pa, pb, po, n);
   }
 }
 
@@ -305,51 +390,62 @@ void binary_typed(const CudaBackend& be, const Tensor& a, const Tensor& b, Tenso
 // ---- launchers ----
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  MINIDL_INTERNAL_ASSERT(all_float32({&a, &b, &out}) && out.is_contiguous(), binary_op_name(op));
+  MINIDL_INTERNAL_ASSERT(same_floating({&a, &b, &out}) && out.is_contiguous(), binary_op_name(op));
   MINIDL_INTERNAL_ASSERT(a.shape() == out.shape() && b.shape() == out.shape(), binary_op_name(op), ": ", a.shape(),
                          " and ", b.shape(), " not expanded to ", out.shape());
   if (out.numel() == 0) return;
   DeviceGuard guard(device_index());
-  switch (op) {
-    case BinaryOp::Add: binary_typed<BinaryOp::Add>(*this, a, b, out); break;
-    case BinaryOp::Sub: binary_typed<BinaryOp::Sub>(*this, a, b, out); break;
-    case BinaryOp::Mul: binary_typed<BinaryOp::Mul>(*this, a, b, out); break;
-    case BinaryOp::Div: binary_typed<BinaryOp::Div>(*this, a, b, out); break;
-  }
+  dispatch_float_and_half(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case BinaryOp::Add: binary_typed<T, BinaryOp::Add>(*this, a, b, out); break;
+      case BinaryOp::Sub: binary_typed<T, BinaryOp::Sub>(*this, a, b, out); break;
+      case BinaryOp::Mul: binary_typed<T, BinaryOp::Mul>(*this, a, b, out); break;
+      case BinaryOp::Div: binary_typed<T, BinaryOp::Div>(*this, a, b, out); break;
+    }
+  });
 }
 
 void CudaBackend::relu_forward(const Tensor& x, Tensor& y) {
-  MINIDL_INTERNAL_ASSERT(all_float32({&x, &y}) && all_contiguous({&x, &y}) && x.numel() == y.numel());
+  MINIDL_INTERNAL_ASSERT(same_floating({&x, &y}) && all_contiguous({&x, &y}) && x.numel() == y.numel());
   const int64_t n = x.numel();
   if (n == 0) return;
   DeviceGuard guard(device_index());
-  launch_map<1>(*this, ReluFn{}, y.data<float>(), x.data<float>(), nullptr, n);
+  dispatch_float_and_half(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    launch_map_any<1>(*this, ReluFn{}, static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()),
+                  static_cast<const T*>(nullptr), n);
+  });
 }
 
 void CudaBackend::relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
-  MINIDL_INTERNAL_ASSERT(all_float32({&dy, &y, &dx}) && all_contiguous({&dy, &y, &dx}));
+  MINIDL_INTERNAL_ASSERT(same_floating({&dy, &y, &dx}) && all_contiguous({&dy, &y, &dx}));
   MINIDL_INTERNAL_ASSERT(dy.numel() == y.numel() && dx.numel() == y.numel());
   const int64_t n = y.numel();
   if (n == 0) return;
   DeviceGuard guard(device_index());
-  launch_map<2>(*this, ReluGradFn{}, dx.data<float>(), dy.data<float>(), y.data<float>(), n);
+  dispatch_float_and_half(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    launch_map_any<2>(*this, ReluGradFn{}, static_cast<T*>(dx.raw_data()), static_cast<const T*>(dy.raw_data()),
+                  static_cast<const T*>(y.raw_data()), n);
+  });
 }
 
 void CudaBackend::equal(const Tensor& a, const Tensor& b, Tensor& out) {
-  // a and b: float32 or int64, the dtypes a CUDA tensor can have (core's empty() refuses float64).
-  MINIDL_INTERNAL_ASSERT(a.dtype() == b.dtype() && (a.dtype() == DType::Float32 || a.dtype() == DType::Int64));
+  // a and b: any dtype a CUDA tensor can have (core's empty() refuses float64).
+  MINIDL_INTERNAL_ASSERT(a.dtype() == b.dtype() && a.dtype() != DType::Float64);
   MINIDL_INTERNAL_ASSERT(out.dtype() == DType::Float32 && all_contiguous({&a, &b, &out}));
   const int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard guard(device_index());
   const unsigned blocks = grid_for(n, kMapThreads, multiprocessor_count());
-  if (a.dtype() == DType::Float32) {
-    MINIDL_LAUNCH(equal_kernel<float>, blocks, kMapThreads, 0, stream(), a.data<float>(), b.data<float>(),
-                  out.data<float>(), n);
-  } else {
-    MINIDL_LAUNCH(equal_kernel<int64_t>, blocks, kMapThreads, 0, stream(), a.data<int64_t>(), b.data<int64_t>(),
-                  out.data<float>(), n);
-  }
+  const auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    MINIDL_LAUNCH(equal_kernel<T>, blocks, kMapThreads, 0, stream(), static_cast<const T*>(a.raw_data()),
+                  static_cast<const T*>(b.raw_data()), out.data<float>(), n);
+  };
+  if (a.dtype() == DType::Int64) launch(int64_t{});
+  else dispatch_float_and_half(a.dtype(), launch);
 }
 
 }  // namespace minidl::cuda

@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -172,6 +173,11 @@ int column_threads(int64_t cols) {
 // ---- launchers ----
 
 void CudaBackend::embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) {
+  if (HalfStaging::needed({&weight, &out})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    embedding_forward(indices, s.in(weight), s.out(out));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(indices.dtype() == DType::Int64 && all_float32({&weight, &out}) &&
                          all_contiguous({&indices, &weight, &out}));
   MINIDL_INTERNAL_ASSERT(weight.dim() == 2 && out.dim() == 2 && out.shape()[0] == indices.numel() &&
@@ -187,6 +193,11 @@ void CudaBackend::embedding_forward(const Tensor& indices, const Tensor& weight,
 }
 
 void CudaBackend::embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) {
+  if (HalfStaging::needed({&dy, &dweight})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    embedding_backward(s.in(dy), indices, s.out(dweight));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(indices.dtype() == DType::Int64 && all_float32({&dy, &dweight}) &&
                          all_contiguous({&dy, &indices, &dweight}));
   MINIDL_INTERNAL_ASSERT(dweight.dim() == 2 && dy.dim() == 2 && dy.shape()[0] == indices.numel() &&

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -260,6 +261,11 @@ void with_per_lane(int64_t cols, F&& f) {
 
 void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                                      Tensor& mean, Tensor& rstd) {
+  if (HalfStaging::needed({&x, &weight, &bias, &y, &mean, &rstd})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    layer_norm_forward(s.in(x), s.in(weight), s.in(bias), eps, s.out(y), s.out(mean), s.out(rstd));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&x, &weight, &bias, &y, &mean, &rstd}) &&
                          all_contiguous({&x, &weight, &bias, &y, &mean, &rstd}));
   MINIDL_INTERNAL_ASSERT(x.dim() == 2 && y.shape() == x.shape() && mean.numel() == x.shape()[0] &&
@@ -285,6 +291,13 @@ void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, cons
 
 void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                       const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  // float32 math (kernels/half_staging.h)
+  if (HalfStaging::needed({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) {
+    HalfStaging s;
+    layer_norm_backward(s.in(dy), s.in(x), s.in(weight), s.in(mean), s.in(rstd), s.out(dx), s.out(dweight),
+                        s.out(dbias));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}) &&
                          all_contiguous({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}));
   MINIDL_INTERNAL_ASSERT(x.dim() == 2 && dy.shape() == x.shape() && x.shape()[1] > 0, "x ", x.shape(), ", dy ",

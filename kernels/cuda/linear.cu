@@ -20,6 +20,7 @@
 // [chunks, C] workspace and stage 2 adds them per column in chunk order. The chunking depends on
 // R alone, so a shape always sums in the same order.
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
@@ -117,6 +118,13 @@ void column_sum(CudaBackend& be, const Tensor& dy, Tensor& out) {
   }
 }
 
+// The elements a strided batch of [rows, cols] matrices with row stride ld, `stride` apart,
+// reaches from t's first element, as one contiguous 1-D view of t's storage (for staging).
+Tensor operand_span(const Tensor& t, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t span = (batch - 1) * stride + (rows - 1) * ld + cols;
+  return make_view(t, Shape{span}, Shape{1}, t.offset());
+}
+
 // For the asserts: every defined tensor given is a contiguous float32 matrix.
 inline bool float32_matrices(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors)
@@ -129,6 +137,11 @@ inline bool float32_matrices(std::initializer_list<const Tensor*> tensors) {
 // ---- launchers ----
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) {
+  if (HalfStaging::needed({&a, &b, &c})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    matmul(s.in(a), s.in(b), s.out(c), trans_a, trans_b);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(float32_matrices({&a, &b, &c}));
   DeviceGuard guard(device_index());
   GemmProblem p;
@@ -147,6 +160,17 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans
 }
 
 void CudaBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& bm) {
+  if (HalfStaging::needed({&a, &b, &c})) {  // float32 math (kernels/half_staging.h)
+    // bm locates every matrix by offsets from a's and b's first elements, not by their shapes, so
+    // the staged copy of an operand is the whole span those offsets reach, widened in place.
+    HalfStaging s;
+    const Tensor span_a = operand_span(a, bm.batch, bm.stride_a, bm.trans_a ? bm.k : bm.m, bm.trans_a ? bm.m : bm.k,
+                                       bm.lda);
+    const Tensor span_b = operand_span(b, bm.batch, bm.stride_b, bm.trans_b ? bm.n : bm.k, bm.trans_b ? bm.k : bm.n,
+                                       bm.ldb);
+    matmul_batched(s.in(span_a), s.in(span_b), s.out(c), bm);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&a, &b, &c}) && c.is_contiguous() && bm.batch >= 1 && bm.m >= 1 && bm.n >= 1 &&
                          bm.k >= 1);
   DeviceGuard guard(device_index());
@@ -170,6 +194,11 @@ void CudaBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, co
 }
 
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) {
+  if (HalfStaging::needed({&x, &w, &bias, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    linear_forward(s.in(x), s.in(w), s.in(bias), s.out(y), act);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(float32_matrices({&x, &w, &y}) && all_float32({&bias}) && all_contiguous({&bias}));
   DeviceGuard guard(device_index());
   GemmProblem p;
@@ -190,6 +219,11 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
 
 void CudaBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                   Tensor& db) {
+  if (HalfStaging::needed({&dy, &x, &w, &dx, &dw, &db})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    linear_backward(s.in(dy), s.in(x), s.in(w), s.out(dx), s.out(dw), s.out(db));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(float32_matrices({&dy, &x, &w, &dx, &dw}) && all_float32({&db}) && all_contiguous({&db}));
   DeviceGuard guard(device_index());
   const int64_t batch = dy.shape()[0], out_features = dy.shape()[1], in_features = x.shape()[1];

@@ -15,6 +15,7 @@
 //         repeated reads hit the cache. Memory-bound: one read and one write per element (two
 //         reads for masked_fill).
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -115,6 +116,11 @@ bool fits_int32(const MaskGeometry& g, int64_t n) {
 // ---- launchers ----
 
 void CudaBackend::triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    triangle(s.in(x), s.out(y), diagonal, upper);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&x, &y}) && all_contiguous({&x, &y}) && x.dim() == 3 && x.shape() == y.shape());
   const int64_t n = x.numel();
   if (n == 0) return;
@@ -131,6 +137,11 @@ void CudaBackend::triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool up
 }
 
 void CudaBackend::masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) {
+  if (HalfStaging::needed({&x, &mask, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    masked_fill(s.in(x), s.in(mask), value, s.out(y));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&x, &mask, &y}) && all_contiguous({&x, &y}) && x.shape() == mask.shape() &&
                          x.shape() == y.shape());
   const int64_t n = x.numel();

@@ -4,20 +4,30 @@
 //   strided_copy: dst[i...] = src[i...] for one shape, any strides on both sides (rank <= 8).
 //                 One thread per element of a grid-stride loop over the linear index of the
 //                 shape; each thread turns it into coordinates, then into both offsets.
-//   cast:         dst[i] = T_dst(src[i]) between float32 and int64 (truncation toward zero).
-//   fill/arange:  dst[i] = value / start + i·step (computed in double, as on the CPU).
+//   cast:         dst[i] = T_dst(src[i]) between every two of float32, int64, bfloat16 and float16,
+//                 each element as core/half.h's convert<> does it on the CPU: into a 16-bit format
+//                 through float (an int64 rounds to float first, then to 16 bits: PyTorch's order),
+//                 round to nearest even (__float2bfloat16 / __float2half, bit-identical to the host
+//                 casts except for a NaN's bits: kernels/cuda/half.cuh); out of one by widening
+//                 it to float, exactly, then static_cast (int64: truncation toward zero).
+//   fill/arange:  dst[i] = value / start + i·step (computed in double, as on the CPU; a 16-bit
+//                 fill value is rounded once on the host, by core/half.h, and stored as bits).
 //   gather_rows:  out[i, :] = src[indices[i], :]; a 2-D grid-stride loop over [rows, width].
-// Elements are moved as 4- or 8-byte words; the dtype only matters where values change.
+// Elements are moved as 2-, 4- or 8-byte words; the dtype only matters where values change.
 //
 // Copies: host -> device is asynchronous on the device's stream (from pinned memory it is a
 // true DMA overlap; from pageable memory the driver stages it before returning, so the source
 // may be reused at once). Device -> host waits for the stream, because the caller reads the
 // result next. Device -> device across devices orders the two streams with an event.
 
+#include <type_traits>
+#include <utility>
+
 #include "core/error.h"
 #include "core/memory.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pinned_allocator.h"
 
@@ -53,18 +63,34 @@ __global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restri
   }
 }
 
+// One element from From to To, as core/half.h's convert<> (see the header comment).
+template <typename To, typename From>
+__device__ inline To convert_element(From v) {
+  if constexpr (is_half_type_v<To>) {
+    if constexpr (is_half_type_v<From>) return from_float<To>(to_float(v));  // bfloat16 <-> float16
+    else return from_float<To>(static_cast<float>(v));  // float32 as is, int64 rounded to float first
+  } else if constexpr (is_half_type_v<From>) {
+    return static_cast<To>(to_float(v));  // exact widening, then float32 as is or truncation to int64
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
 template <typename From, typename To>
 __global__ void cast_kernel(const From* __restrict__ src, To* __restrict__ dst, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = static_cast<To>(src[i]);
+    dst[i] = convert_element<To>(src[i]);
 }
 
 template <typename T>
 __global__ void arange_kernel(T* __restrict__ dst, double start, double step, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = static_cast<T>(start + static_cast<double>(i) * step);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double v = start + static_cast<double>(i) * step;
+    if constexpr (is_half_type_v<T>) dst[i] = from_float<T>(static_cast<float>(v));  // through float, as on the CPU
+    else dst[i] = static_cast<T>(v);
+  }
 }
 
 template <typename T>
@@ -92,12 +118,20 @@ __global__ void gather_rows_kernel(const Word* __restrict__ src, const int64_t* 
 size_t element_bytes(const Tensor& t) { return dtype_size(t.dtype()); }
 
 // For the asserts: a dtype a CUDA tensor can have (core's empty() refuses float64 on a device).
-inline bool cuda_dtype(const Tensor& t) { return t.dtype() == DType::Float32 || t.dtype() == DType::Int64; }
+inline bool cuda_dtype(const Tensor& t) { return t.dtype() != DType::Float64; }
 
 template <typename F>
 void with_word(size_t bytes, F&& f) {
-  if (bytes == 4) f(uint32_t{});
+  if (bytes == 2) f(uint16_t{});
+  else if (bytes == 4) f(uint32_t{});
   else f(uint64_t{});
+}
+
+// f(T{}) for the device element type of any dtype a CUDA tensor can have.
+template <typename F>
+void dispatch_cuda_dtype(DType dtype, F&& f) {
+  if (dtype == DType::Int64) f(int64_t{});
+  else dispatch_float_and_half(dtype, std::forward<F>(f));
 }
 
 }  // namespace
@@ -191,11 +225,18 @@ void CudaBackend::cast(const Tensor& src, Tensor& dst) {
   if (src.dtype() == dst.dtype()) {
     MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), static_cast<size_t>(n) * element_bytes(src),
                                       cudaMemcpyDeviceToDevice, stream_));
-  } else if (src.dtype() == DType::Float32) {
-    MINIDL_LAUNCH(cast_kernel<float, int64_t>, grid, kThreads, 0, stream_, src.data<float>(), dst.data<int64_t>(), n);
-  } else {
-    MINIDL_LAUNCH(cast_kernel<int64_t, float>, grid, kThreads, 0, stream_, src.data<int64_t>(), dst.data<float>(), n);
+    return;
   }
+  dispatch_cuda_dtype(src.dtype(), [&](auto from_tag) {
+    using From = decltype(from_tag);
+    dispatch_cuda_dtype(dst.dtype(), [&](auto to_tag) {
+      using To = decltype(to_tag);
+      if constexpr (!std::is_same_v<From, To>) {  // same types were copied above
+        MINIDL_LAUNCH(cast_kernel<From, To>, grid, kThreads, 0, stream_, static_cast<const From*>(src.raw_data()),
+                      static_cast<To*>(dst.raw_data()), n);
+      }
+    });
+  });
 }
 
 void CudaBackend::fill(Tensor& dst, double value) {
@@ -206,6 +247,9 @@ void CudaBackend::fill(Tensor& dst, double value) {
   const unsigned grid = grid_for(n, kThreads, sm_count_);
   if (dst.dtype() == DType::Float32) {
     MINIDL_LAUNCH(fill_kernel<float>, grid, kThreads, 0, stream_, dst.data<float>(), static_cast<float>(value), n);
+  } else if (is_half(dst.dtype())) {  // the value rounded once here, by the host's conversion (core/half.h)
+    const uint16_t bits = dst.dtype() == DType::BFloat16 ? convert<bfloat16>(value).bits() : convert<float16>(value).bits();
+    MINIDL_LAUNCH(fill_kernel<uint16_t>, grid, kThreads, 0, stream_, static_cast<uint16_t*>(dst.raw_data()), bits, n);
   } else {
     MINIDL_LAUNCH(fill_kernel<int64_t>, grid, kThreads, 0, stream_, dst.data<int64_t>(), static_cast<int64_t>(value),
                   n);
@@ -218,11 +262,10 @@ void CudaBackend::arange(Tensor& dst, double start, double step) {
   if (n == 0) return;
   DeviceGuard guard(device_);
   const unsigned grid = grid_for(n, kThreads, sm_count_);
-  if (dst.dtype() == DType::Float32) {
-    MINIDL_LAUNCH(arange_kernel<float>, grid, kThreads, 0, stream_, dst.data<float>(), start, step, n);
-  } else {
-    MINIDL_LAUNCH(arange_kernel<int64_t>, grid, kThreads, 0, stream_, dst.data<int64_t>(), start, step, n);
-  }
+  dispatch_cuda_dtype(dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    MINIDL_LAUNCH(arange_kernel<T>, grid, kThreads, 0, stream_, static_cast<T*>(dst.raw_data()), start, step, n);
+  });
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const Tensor& indices, Tensor& out) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -137,6 +138,11 @@ bool all_contiguous_float32(const std::vector<Tensor>& tensors) {
 // ---- launchers ----
 
 void CudaBackend::multi_tensor_norm(const std::vector<Tensor>& tensors, double p, Tensor& out) {
+  if (HalfStaging::needed(tensors) || HalfStaging::needed({&out})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    multi_tensor_norm(s.in(tensors), p, s.out(out));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(!tensors.empty() && p > 0.0 && all_contiguous_float32(tensors) &&
                          out.dtype() == DType::Float32 && out.numel() == 1);
   DeviceGuard guard(device_index());
@@ -155,6 +161,12 @@ void CudaBackend::multi_tensor_norm(const std::vector<Tensor>& tensors, double p
 }
 
 void CudaBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Tensor& total_norm, double max_norm) {
+  if (HalfStaging::needed(tensors) || HalfStaging::needed({&total_norm})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    std::vector<Tensor> targets = tensors;  // handles: rounding into them writes the callers' tensors
+    multi_tensor_clip(s.inout(targets), s.in(total_norm), max_norm);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_contiguous_float32(tensors) && total_norm.dtype() == DType::Float32 &&
                          total_norm.numel() == 1);
   DeviceGuard guard(device_index());
@@ -168,6 +180,12 @@ void CudaBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Te
 }
 
 void CudaBackend::unscale_and_check_finite(const std::vector<Tensor>& tensors, float inv_scale, Tensor& found_inf) {
+  if (HalfStaging::needed(tensors)) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    std::vector<Tensor> targets = tensors;  // handles: rounding into them writes the callers' tensors
+    unscale_and_check_finite(s.inout(targets), inv_scale, found_inf);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_contiguous_float32(tensors) && found_inf.dtype() == DType::Float32 && found_inf.numel() == 1);
   DeviceGuard guard(device_index());
   Tensor table_storage;

@@ -10,6 +10,7 @@
 // optimizer's step is then one launch per group, device and dtype instead of one per parameter.
 #include <cmath>
 
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -147,6 +148,11 @@ constexpr const char* kAdamStepInCapture =
 // ---- launchers ----
 
 void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) {
+  if (HalfStaging::needed({&param, &grad, &momentum_buffer})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    sgd_step(s.inout(param), s.in(grad), s.inout(momentum_buffer), cfg);
+    return s.commit();
+  }
   // The optimizer's checks: a floating parameter (float32 on a device), its gradient alike.
   MINIDL_INTERNAL_ASSERT(all_float32({&param, &grad, &momentum_buffer}) &&
                          all_contiguous({&param, &grad, &momentum_buffer}) && grad.numel() == param.numel());
@@ -161,6 +167,11 @@ void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_b
 
 void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                             const AdamConfig& cfg) {
+  if (HalfStaging::needed({&param, &grad, &exp_avg, &exp_avg_sq})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    adam_step(s.inout(param), s.in(grad), s.inout(exp_avg), s.inout(exp_avg_sq), cfg);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&param, &grad, &exp_avg, &exp_avg_sq}) &&
                          all_contiguous({&param, &grad, &exp_avg, &exp_avg_sq}) && grad.numel() == param.numel());
   refuse_in_capture("Adam's step", kAdamStepInCapture);
@@ -173,6 +184,13 @@ void CudaBackend::adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
 
 void CudaBackend::sgd_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                                 std::vector<Tensor>& momentum_buffers, const SGDConfig& cfg) {
+  // float32 math (kernels/half_staging.h)
+  if (HalfStaging::needed(params) || HalfStaging::needed(grads) || HalfStaging::needed(momentum_buffers)) {
+    HalfStaging s;
+    const std::vector<Tensor> staged_grads = s.in(grads);
+    sgd_step_many(s.inout(params), staged_grads, s.inout(momentum_buffers), cfg);
+    return s.commit();
+  }
   const bool has_buffers = !momentum_buffers.empty() && momentum_buffers[0].defined();
   MINIDL_INTERNAL_ASSERT(grads.size() == params.size() && momentum_buffers.size() == params.size() &&
                          all_float32_contiguous(params) && all_float32_contiguous(grads) &&
@@ -191,6 +209,13 @@ void CudaBackend::sgd_step_many(std::vector<Tensor>& params, const std::vector<T
 
 void CudaBackend::adam_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                                  std::vector<Tensor>& exp_avgs, std::vector<Tensor>& exp_avg_sqs, const AdamConfig& cfg) {
+  if (HalfStaging::needed(params) || HalfStaging::needed(grads) || HalfStaging::needed(exp_avgs) ||
+      HalfStaging::needed(exp_avg_sqs)) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    const std::vector<Tensor> staged_grads = s.in(grads);
+    adam_step_many(s.inout(params), staged_grads, s.inout(exp_avgs), s.inout(exp_avg_sqs), cfg);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(grads.size() == params.size() && exp_avgs.size() == params.size() &&
                          exp_avg_sqs.size() == params.size() && all_float32_contiguous(params) &&
                          all_float32_contiguous(grads) && all_float32_contiguous(exp_avgs) &&

@@ -11,6 +11,7 @@
 // bandwidth-bound: a thread reads KH·KW inputs (L1/L2 hits for overlapping windows) and
 // writes one output.
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -137,6 +138,11 @@ __global__ void avg_pool_backward_kernel(const float* __restrict__ dy, float* __
 // ---- launchers ----
 
 void CudaBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    max_pool2d_forward(s.in(x), s.out(y), indices, g);
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32, "max_pool2d_forward: x is ", x.dtype());
   MINIDL_LAUNCH(max_pool_forward_kernel, grid_for(y.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
@@ -144,6 +150,11 @@ void CudaBackend::max_pool2d_forward(const Tensor& x, Tensor& y, Tensor& indices
 }
 
 void CudaBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&dy, &dx})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    max_pool2d_backward(s.in(dy), indices, s.out(dx), g);
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(dy.dtype() == DType::Float32, "max_pool2d_backward: dy is ", dy.dtype());
   MINIDL_LAUNCH(max_pool_backward_kernel, grid_for(dx.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
@@ -151,6 +162,11 @@ void CudaBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, T
 }
 
 void CudaBackend::avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    avg_pool2d_forward(s.in(x), s.out(y), g);
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32, "avg_pool2d_forward: x is ", x.dtype());
   MINIDL_LAUNCH(avg_pool_forward_kernel, grid_for(y.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),
@@ -158,6 +174,11 @@ void CudaBackend::avg_pool2d_forward(const Tensor& x, Tensor& y, const Pool2dGeo
 }
 
 void CudaBackend::avg_pool2d_backward(const Tensor& dy, Tensor& dx, const Pool2dGeometry& g) {
+  if (HalfStaging::needed({&dy, &dx})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    avg_pool2d_backward(s.in(dy), s.out(dx), g);
+    return s.commit();
+  }
   DeviceGuard guard(device_index());
   MINIDL_INTERNAL_ASSERT(dy.dtype() == DType::Float32, "avg_pool2d_backward: dy is ", dy.dtype());
   MINIDL_LAUNCH(avg_pool_backward_kernel, grid_for(dx.numel(), kThreads, multiprocessor_count()), kThreads, 0, stream(),

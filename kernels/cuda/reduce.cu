@@ -23,6 +23,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -253,6 +254,11 @@ void plan_splits(int64_t n, int64_t wanted, int64_t min_chunk, int64_t& chunk, i
 // ---- launchers ----
 
 void CudaBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
+  if (HalfStaging::needed({&x, &out})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    sum_dim(s.in(x), outer, n, inner, s.out(out));
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(all_float32({&x, &out}) && all_contiguous({&x, &out}));
   MINIDL_INTERNAL_ASSERT(outer * n * inner == x.numel() && outer * inner == out.numel(), "x ", x.shape(),
                          " viewed as [", outer, ", ", n, ", ", inner, "], out ", out.shape());
@@ -300,6 +306,11 @@ void CudaBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inn
 }
 
 void CudaBackend::argmax_rows(const Tensor& x, Tensor& out) {
+  if (HalfStaging::needed({&x})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    argmax_rows(s.in(x), out);
+    return;
+  }
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32 && out.dtype() == DType::Int64 && all_contiguous({&x, &out}));
   MINIDL_INTERNAL_ASSERT(x.dim() == 2 && out.numel() == x.shape()[0] && x.shape()[1] > 0, "x ", x.shape(), ", out ",
                          out.shape());

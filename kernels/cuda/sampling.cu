@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/philox.h"
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -196,6 +197,11 @@ inline unsigned rows_grid(int64_t rows) {
 // ---- launchers ----
 
 void CudaBackend::topk(const Tensor& x, int64_t k, bool largest, Tensor& values, Tensor& indices) {
+  if (HalfStaging::needed({&x, &values})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    topk(s.in(x), k, largest, s.out(values), indices);
+    return s.commit();
+  }
   MINIDL_INTERNAL_ASSERT(x.dtype() == DType::Float32 && x.is_contiguous() && x.dim() == 2 && k > 0 &&
                          k <= x.shape()[1] && values.numel() == x.shape()[0] * k && indices.numel() == values.numel());
   DeviceGuard guard(device_index());
@@ -206,6 +212,10 @@ void CudaBackend::topk(const Tensor& x, int64_t k, bool largest, Tensor& values,
 
 std::optional<std::pair<int64_t, MultinomialDefect>> CudaBackend::find_invalid_distribution(const Tensor& weights,
                                                                                             int64_t min_positive) {
+  if (HalfStaging::needed({&weights})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    return find_invalid_distribution(s.in(weights), min_positive);
+  }
   MINIDL_INTERNAL_ASSERT(weights.dtype() == DType::Float32 && weights.is_contiguous() && weights.dim() == 2);
   refuse_in_capture("multinomial", "it checks its weights on the host before it draws");
   DeviceGuard guard(device_index());
@@ -222,6 +232,11 @@ std::optional<std::pair<int64_t, MultinomialDefect>> CudaBackend::find_invalid_d
 
 void CudaBackend::multinomial(const Tensor& weights, int64_t n, bool replacement, uint64_t seed, uint64_t offset,
                               Tensor& out) {
+  if (HalfStaging::needed({&weights})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    multinomial(s.in(weights), n, replacement, seed, offset, out);
+    return;
+  }
   MINIDL_INTERNAL_ASSERT(weights.dtype() == DType::Float32 && weights.is_contiguous() && weights.dim() == 2 &&
                          out.dtype() == DType::Int64 && out.numel() == weights.shape()[0] * n);
   refuse_in_capture("multinomial", kRandomInCapture);

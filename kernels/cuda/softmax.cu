@@ -9,6 +9,7 @@
 // launch strategies): the forward ops reduce the log-sum-exp of x and map every element, the
 // backward ops reduce a sum over (dy, y) and map every element. The cross-entropy ops, on the
 // same engine, are in cross_entropy.cu.
+#include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/row_engine.cuh"
 
@@ -81,18 +82,38 @@ void launch_softmax_op(const CudaBackend& be, const Tensor& a, const Tensor& b, 
 // ---- launchers ----
 
 void CudaBackend::log_softmax_forward(const Tensor& x, Tensor& y) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    log_softmax_forward(s.in(x), s.out(y));
+    return s.commit();
+  }
   launch_softmax_op<LogSoftmaxForward>(*this, x, Tensor(), y);
 }
 
 void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
+  if (HalfStaging::needed({&x, &y})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    softmax_forward(s.in(x), s.out(y));
+    return s.commit();
+  }
   launch_softmax_op<SoftmaxForward>(*this, x, Tensor(), y);
 }
 
 void CudaBackend::log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  if (HalfStaging::needed({&dy, &y, &dx})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    log_softmax_backward(s.in(dy), s.in(y), s.out(dx));
+    return s.commit();
+  }
   launch_softmax_op<LogSoftmaxBackward>(*this, dy, y, dx);
 }
 
 void CudaBackend::softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  if (HalfStaging::needed({&dy, &y, &dx})) {  // float32 math (kernels/half_staging.h)
+    HalfStaging s;
+    softmax_backward(s.in(dy), s.in(y), s.out(dx));
+    return s.commit();
+  }
   launch_softmax_op<SoftmaxBackward>(*this, dy, y, dx);
 }
 

@@ -1,5 +1,5 @@
 // The CPU's 16-bit kernels. A bfloat16 or float16 op computes in float32 and rounds each output
-// once (kernels/cpu/half_staging.h, the GEMM's convert-while-packing), so its result must be,
+// once (kernels/half_staging.h, the GEMM's convert-while-packing), so its result must be,
 // bit for bit, the float32 op on the same values rounded to the 16-bit format: the inputs here
 // are drawn in float32 and rounded first, so both runs see identical values. That exact check
 // covers every op the GPT, the MLP and the CNN use, forward and backward (where backward is one

@@ -1,5 +1,5 @@
 // CUDA's small vector types for the simulated device: dim3 and uint3 (launch shapes and thread
-// indices) and the float/int vectors with CUDA's alignment. A float4 is 16-byte aligned, and on
+// indices) and the float/int/uint vectors with CUDA's alignment. A float4 is 16-byte aligned, and on
 // the GPU a float4 load or store through a misaligned address is a device fault
 // (cudaErrorMisalignedAddress); here too: every copy of a vector, which is what a load
 // `v = p[i]` and a store `p[i] = v` compile to, checks the address it reads or writes and traps
@@ -81,6 +81,15 @@ struct alignas(16) int4 {
  private:
   void copy_from(const int4& o) { x = o.x, y = o.y, z = o.z, w = o.w; }
 };
+// The 16-byte word of vectorised 16-bit kernels (8 bfloat16 / float16 values per load or store).
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+  CUDASIM_VECTOR_COPIES(uint4)
+  constexpr uint4(unsigned vx, unsigned vy, unsigned vz, unsigned vw) : x(vx), y(vy), z(vz), w(vw) {}
+
+ private:
+  void copy_from(const uint4& o) { x = o.x, y = o.y, z = o.z, w = o.w; }
+};
 struct alignas(16) double2 {
   double x, y;
   CUDASIM_VECTOR_COPIES(double2)
@@ -95,4 +104,5 @@ inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return int2{x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 inline constexpr uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }

@@ -1,20 +1,20 @@
 // Float32 stand-ins for 16-bit tensors (half_staging.h has the why).
-#include "kernels/cpu/half_staging.h"
+#include "kernels/half_staging.h"
 
 #include "core/backend.h"
 #include "core/autograd.h"
 
-namespace minidl::cpu {
+namespace minidl {
 
 namespace {
 bool is_staged(const Tensor& t) { return t.defined() && is_half(t.dtype()); }
 
-// A float32 copy of a 16-bit tensor (contiguous, whatever t's strides).
+// A float32 copy of a 16-bit tensor (contiguous, whatever t's strides), made by t's own device.
 Tensor widened(const Tensor& t) {
   NoGradGuard no_grad;
   const Tensor src = t.contiguous();
   Tensor f = empty(t.shape(), TensorOptions(DType::Float32, t.device()));
-  if (f.numel() > 0) cpu_backend().cast(src, f);
+  if (f.numel() > 0) backend_for(t.device()).cast(src, f);
   return f;
 }
 }  // namespace
@@ -58,15 +58,17 @@ std::vector<Tensor>& HalfStaging::inout(std::vector<Tensor>& ts) {
   return lists_.emplace_back(in(ts));
 }
 
+// Each output is rounded by its own device; a 16-bit output is contiguous (the backends' methods
+// write contiguous outputs), so the cast writes it whole.
 void HalfStaging::commit() {
-  Backend& cpu = cpu_backend();
   for (auto& [target, buffer] : outputs_)
-    if (buffer.numel() > 0) cpu.cast(buffer, *target);
+    if (buffer.numel() > 0) backend_for(target->device()).cast(buffer, *target);
   for (auto& [targets, index] : list_outputs_) {
     std::vector<Tensor>& buffers = lists_[index];
     for (size_t i = 0; i < targets->size(); ++i)
-      if (is_staged((*targets)[i]) && buffers[i].numel() > 0) cpu.cast(buffers[i], (*targets)[i]);
+      if (is_staged((*targets)[i]) && buffers[i].numel() > 0)
+        backend_for((*targets)[i].device()).cast(buffers[i], (*targets)[i]);
   }
 }
 
-}  // namespace minidl::cpu
+}  // namespace minidl
