@@ -61,8 +61,10 @@ bool eligible(const Tensor& t, Device device) {
 // The cast of t to `to`, from the cache where autocast caches it (PyTorch's rule: a 16-bit cast
 // of a float32 leaf that requires grad).
 Tensor cached_to(const Tensor& t, DType to) {
-  const bool cacheable =
-      t_state.cache_enabled && is_half(to) && t.dtype() == DType::Float32 && t.requires_grad() && t.is_leaf();
+  // Not under no_grad: that cast has no autograd node, and served later in the same scope with
+  // gradients on it would cut the weight off from its gradient (a pitfall of PyTorch's cache).
+  const bool cacheable = t_state.cache_enabled && grad_mode_enabled() && is_half(to) && t.dtype() == DType::Float32 &&
+                         t.requires_grad() && t.is_leaf();
   if (!cacheable) return ops::to(t, t.device(), to);
   auto it = t_cache.find(t.impl());
   if (it != t_cache.end()) {

@@ -22,7 +22,7 @@
 // a float64 input says the user wants float64). Casts are ops::to, so gradients flow back
 // through them: each op's gradient is computed in the dtype that op saw and reaches a float32
 // parameter as float32. The 16-bit casts of float32 leaf tensors that require grad (the
-// parameters) are cached for the scope, so a weight used at every step of a loop is cast once;
+// parameters), made while gradients are recorded, are cached for the scope, so a weight used at every step of a loop is cast once;
 // the cache is dropped when the outermost scope ends (the optimizer then changes the weights).
 // State is per thread, like torch.autocast; a DataParallel replica thread starts with the
 // state of the thread that launched it (parallel/replica_threads.h).

@@ -31,7 +31,9 @@ double GradScaler::get_scale() const { return options_.enabled ? scale_ : 1.0; }
 Tensor GradScaler::scale(const Tensor& loss) const {
   check_defined(loss, "GradScaler::scale", "loss");
   if (!options_.enabled) return loss;
-  return ops::mul(loss, full(Shape{}, scale_, loss.options()));
+  // The scale as a float32 scalar, as torch keeps it: in float16 itself 65536 would be Inf. A
+  // 16-bit loss is promoted to float32 by the product.
+  return ops::mul(loss, full(Shape{}, scale_, loss.options().with_dtype(DType::Float32)));
 }
 
 void GradScaler::unscale_(Optimizer& opt) {

@@ -15,7 +15,7 @@
 //   scaler.update();                         // backoff or growth of the scale
 //
 // The decision to skip is taken on the host: step() reads the device's found-inf flag, one wait
-// per step. A CUDA graph cannot contain that wait, so char_gpt refuses --cuda-graph with fp16.
+// per step. A CUDA graph cannot contain that wait, so fashion_mnist refuses --cuda-graph with fp16.
 // unscale_ is one pass over all gradients of the optimizer (Backend::unscale_and_check_finite,
 // one launch per device and dtype on CUDA). The state (scale, growth tracker) goes into
 // checkpoints through state() / load_state().

@@ -6,6 +6,10 @@
 //   relu: y = max(x, 0); dx = g where y > 0.
 //   Floating inputs of different dtypes are promoted first (promote_types: float32 + bfloat16
 //   runs in float32), through differentiable casts, so each gradient returns in its input's dtype.
+//   PyTorch's rule for a 0-dim operand holds too: it does not decide the dtype of a result with
+//   dimensions (a bfloat16 tensor times a float32 scalar is bfloat16), but its value takes part
+//   unrounded: the op runs in the wider dtype and the result is rounded once. The scalar
+//   overloads (x * 0.1) pass a float32 0-dim tensor for a 16-bit x, so they follow the same path.
 #include "core/ops/elementwise.h"
 
 #include "core/autograd.h"
@@ -86,11 +90,23 @@ bool needs_promotion(const Tensor& a, const Tensor& b) {
   return a.defined() && b.defined() && a.dtype() != b.dtype() && is_floating(a.dtype()) && is_floating(b.dtype());
 }
 
+// The dtype of the result: the dimensioned operand's when the other is 0-dim, else the promoted one.
+DType result_dtype(const Tensor& a, const Tensor& b) {
+  if ((a.dim() == 0) != (b.dim() == 0)) return a.dim() == 0 ? b.dtype() : a.dtype();
+  return promote_types(a.dtype(), b.dtype());
+}
+
+// Runs op(a, b) in the promoted dtype and rounds the result into result_dtype(a, b).
+template <typename Op>
+Tensor promoted(const Tensor& a, const Tensor& b, Op op) {
+  const DType compute = promote_types(a.dtype(), b.dtype()), result = result_dtype(a, b);
+  const Tensor r = op(to(a, a.device(), compute), to(b, b.device(), compute));
+  return result == compute ? r : to(r, r.device(), result);
+}
+
 Tensor add_or_sub(const Tensor& a, const Tensor& b, bool subtract) {
-  if (needs_promotion(a, b)) {
-    const DType t = promote_types(a.dtype(), b.dtype());
-    return add_or_sub(to(a, a.device(), t), to(b, b.device(), t), subtract);
-  }
+  if (needs_promotion(a, b))
+    return promoted(a, b, [subtract](const Tensor& x, const Tensor& y) { return add_or_sub(x, y, subtract); });
   Tensor out = binary_kernel(subtract ? BinaryOp::Sub : BinaryOp::Add, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     auto node = std::make_shared<AddSubBackward>();
@@ -104,10 +120,8 @@ Tensor add_or_sub(const Tensor& a, const Tensor& b, bool subtract) {
 
 template <typename NodeT>
 Tensor mul_or_div(BinaryOp op, const Tensor& a, const Tensor& b) {
-  if (needs_promotion(a, b)) {
-    const DType t = promote_types(a.dtype(), b.dtype());
-    return mul_or_div<NodeT>(op, to(a, a.device(), t), to(b, b.device(), t));
-  }
+  if (needs_promotion(a, b))
+    return promoted(a, b, [op](const Tensor& x, const Tensor& y) { return mul_or_div<NodeT>(op, x, y); });
   Tensor out = binary_kernel(op, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     auto node = std::make_shared<NodeT>();
@@ -171,9 +185,12 @@ Tensor operator*(const Tensor& a, const Tensor& b) { return ops::mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return ops::div(a, b); }
 
 namespace {
+// The scalar operand of x op v: in x's dtype, but float32 for a 16-bit x, so that v is not
+// rounded to 16 bits first (x / 1e5 in float16 would divide by Inf); the product is then
+// rounded once into x's dtype (the 0-dim rule above).
 Tensor scalar_like(double v, const Tensor& t) {
   check_defined(t, "scalar op", "tensor");
-  return scalar_tensor(v, t.options());
+  return scalar_tensor(v, t.options().with_dtype(compute_dtype(t.dtype())));
 }
 }  // namespace
 

@@ -86,6 +86,9 @@ Tensor mean(const Tensor& x) {
   MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "mean: expected a floating tensor",
                x.defined() ? detail::make_message(", got ", x.dtype()) : std::string());
   MINIDL_CHECK(x.numel() > 0, "mean: the mean of an empty tensor (shape ", x.shape(), ") is undefined");
+  // A 16-bit mean is the float32 mean rounded once (PyTorch's): a 16-bit sum first could overflow
+  // (float16 ends at 65504) and would be rounded twice.
+  if (is_half(x.dtype())) return to(mean(to(x, x.device(), DType::Float32)), x.device(), x.dtype());
   return sum(x) * (1.0 / static_cast<double>(x.numel()));
 }
 
@@ -96,6 +99,7 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
                x.defined() ? detail::make_message(", got ", x.dtype()) : std::string());
   const int d = wrap_dim(dim, x.dim(), "mean");
   MINIDL_CHECK(x.shape()[d] > 0, "mean: dim ", d, " of shape ", x.shape(), " is empty");
+  if (is_half(x.dtype())) return to(mean(to(x, x.device(), DType::Float32), d, keepdim), x.device(), x.dtype());
   return sum(x, d, keepdim) * (1.0 / static_cast<double>(x.shape()[d]));
 }
 

@@ -143,6 +143,12 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets, Reduct
                              CrossEntropyGrad grad_mode, const CrossEntropyOptions& options) {
   if (auto cast = autocast::cast_inputs("softmax_cross_entropy", {&logits}))
     return softmax_cross_entropy((*cast)[0], targets, reduction, grad_mode, options);
+  // A reduced loss of 16-bit logits: the float32 loss rounded once, as PyTorch's. Summed in 16
+  // bits it would overflow in float16 past 65504 and be scaled by a rounded 1/count.
+  if (logits.defined() && is_half(logits.dtype()) && reduction != Reduction::None) {
+    const Tensor wide = to(logits, logits.device(), DType::Float32);
+    return to(softmax_cross_entropy(wide, targets, reduction, grad_mode, options), logits.device(), logits.dtype());
+  }
   profiler::RecordScope profile_scope("softmax_cross_entropy", profiler::Kind::Op, {&logits, &targets});
   constexpr const char* op = "softmax_cross_entropy";
   check_defined(logits, op, "logits");

@@ -128,7 +128,10 @@ void CpuBackend::uniform(Tensor& dst, double low, double high, uint64_t seed, ui
       if constexpr (std::is_same_v<T, double>) u = philox::uniform_double(b.x[0], b.x[1]);
       else u = philox::uniform_float(b);
       T v = convert<T>(low + (high - low) * u);
-      if (static_cast<double>(v) >= high && high > low) v = below<T>(high, low);
+      // float and double compare in their own type (a draw equal to float(high) is pulled back
+      // even where float(high) rounded below high); a 16-bit draw compares its value with high.
+      const bool at_or_past = is_half_v<T> ? static_cast<double>(v) >= high : v >= convert<T>(high);
+      if (at_or_past && high > low) v = below<T>(high, low);
       d[i] = v;
     });
   });

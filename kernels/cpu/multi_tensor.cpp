@@ -96,8 +96,9 @@ void CpuBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Ten
   });
 }
 
-// One pass per tensor: multiply, and note whether the element was finite before (x·inv_scale
-// of a finite x can overflow only if inv_scale > 1, which a scaler never uses).
+// One pass per tensor: multiply, and note whether the element was finite before the multiply
+// (as torch does). After many backoffs the scale can fall below 1 (inv_scale > 1), and a finite
+// gradient may then overflow in the multiply without being flagged, as in torch.
 void CpuBackend::unscale_and_check_finite(const std::vector<Tensor>& tensors, float inv_scale, Tensor& found_inf) {
   bool any_bad = false;
   for (const Tensor& t : tensors) {

@@ -47,10 +47,12 @@ void TrainLoop::resume() {
     const std::string saved = it == ck.metadata.end() ? "(none)" : it->second;
     if (saved != value) differ.push_back(key + " " + saved + " in the checkpoint, " + value + " here");
   }
-  // And the reverse: a setting the checkpoint records that this run does not have (a bf16 run's
-  // dtype, resumed in fp32).
-  for (const auto& [key, saved] : io::MetadataReader(ck.metadata, path).with_prefix("hp."))
-    if (!here.count(key)) differ.push_back(key + " " + saved + " in the checkpoint, (none) here");
+  // And the reverse for the precision: a float32 run records no dtype (its checkpoints keep the
+  // keys they always had), so a bf16/fp16 checkpoint resumed in fp32 shows only as a dtype
+  // the checkpoint has and this run lacks. (Other keys a checkpoint may carry that this run no
+  // longer reports, such as a version-1 file's iters, are not settings a resume must match.)
+  if (auto it = ck.metadata.find("hp.dtype"); it != ck.metadata.end() && !here.count("dtype"))
+    differ.push_back("dtype " + it->second + " in the checkpoint, fp32 here");
   if (!differ.empty()) {
     std::string list;
     for (size_t i = 0; i < differ.size(); ++i) (list += i ? "; " : "") += differ[i];

@@ -72,10 +72,13 @@ void check_config(const TrainerConfig& c, bool writes) {
                ", --optimizer ", c.optimizer, ", ", c.devices.size() > 1 ? "several --devices" : "one device",
                "): the CNN's dropout draws random numbers and AdamW counts its steps on the host, which a replay "
                "would repeat unchanged");
-  MINIDL_CHECK(!c.cuda_graph || c.dtype != DType::Float16,
-               "fashion_mnist: --cuda-graph with --dtype fp16: the loss scaler decides on the host, after each "
-               "backward, whether the step runs (optim/grad_scaler.h), and a replayed graph cannot wait for that; "
-               "use --dtype bf16 (no loss scaling) or fp32 with --cuda-graph");
+  MINIDL_CHECK(!c.cuda_graph || c.dtype == DType::Float32, "fashion_mnist: --cuda-graph with --dtype ",
+               samples::precision_name(c.dtype), ": the captured step is float32's (",
+               c.dtype == DType::Float16
+                   ? "and with fp16 the loss scaler decides on the host, after each backward, whether the step runs "
+                     "(optim/grad_scaler.h), which a replayed graph cannot wait for"
+                   : "capturing it under autocast is not done yet",
+               "); use --cuda-graph with fp32, or --dtype ", samples::precision_name(c.dtype), " without it");
   MINIDL_CHECK(c.stop_after_batches >= 0, "fashion_mnist: --stop-after-batches must be >= 0, got ",
                c.stop_after_batches);
   if (!writes) return;

@@ -258,3 +258,29 @@ TEST_CASE("add, sub, mul and div promote floating dtypes as PyTorch does, and gr
   // int64 with a floating tensor is still refused.
   CHECK_THROWS_WITH(a + from_vector<int64_t>({1, 2, 3}), Catch::Contains("dtypes differ"));
 }
+
+TEST_CASE("16-bit means, reduced losses and scalar ops compute in float32 and round once, as PyTorch's do", "[half]") {
+  // A float16 sum of 100000 ones overflows (65504 is its largest value); the mean is still 1.
+  CHECK(ops::mean(ones({100000}, DType::Float16)).item() == 1.0);
+  CHECK(ops::mean(ones({3, 100000}, DType::Float16), 1).to(DType::Float32).to_vector<float>() ==
+        std::vector<float>{1, 1, 1});
+  // The scalar is not rounded to 16 bits first: 1e5 is Inf in float16, 0.1 is 0.10009765625 in bfloat16.
+  const Tensor h = full({2}, 3.0, DType::Float16);
+  CHECK((h / 1e5).dtype() == DType::Float16);
+  CHECK((h / 1e5).to(DType::Float32).to_vector<float>()[0] == float16(3.0f / 1e5f));
+  const Tensor b = full({2}, 10.0, DType::BFloat16);
+  CHECK((b * 0.1).to(DType::Float32).to_vector<float>()[0] == 1.0f);
+  // A 0-dim float32 tensor does not decide the dtype of a result with dimensions (PyTorch's rule).
+  const Tensor s = scalar_tensor(0.1, DType::Float32);
+  CHECK((b * s).dtype() == DType::BFloat16);
+  CHECK((s * b).to(DType::Float32).to_vector<float>()[0] == 1.0f);
+  // A reduced cross-entropy of float16 logits over many rows: the float32 loss, rounded.
+  const int64_t rows = 10000;
+  const Tensor logits = zeros({rows, 4}, DType::Float16);
+  const Tensor targets = zeros({rows}, DType::Int64);
+  const Tensor loss = ops::softmax_cross_entropy(logits, targets, ops::Reduction::Sum);
+  CHECK(loss.dtype() == DType::Float16);
+  CHECK(loss.item() == Approx(rows * std::log(4.0)).epsilon(1e-3));  // 13863: float16's step there is 8
+  // The mean's 1/count is not rounded to 16 bits: log 4 within float16's own rounding of it.
+  CHECK(ops::softmax_cross_entropy(logits, targets).item() == Approx(std::log(4.0)).epsilon(1e-3));
+}

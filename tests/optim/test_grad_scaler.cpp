@@ -130,3 +130,11 @@ TEST_CASE("GradScaler's state goes through a checkpoint and comes back", "[optim
   optim::GradScaler other({.growth_interval = 7});
   CHECK_THROWS_WITH(other.load_state(*back.grad_scaler), Catch::Contains("growth_interval 5"));
 }
+
+TEST_CASE("GradScaler scales a float16 loss in float32: 65536 is Inf in float16", "[optim][grad_scaler][half]") {
+  optim::GradScaler scaler;
+  const Tensor loss = full(Shape{}, 0.5, DType::Float16);
+  const Tensor scaled = scaler.scale(loss);
+  CHECK(scaled.dtype() == DType::Float32);
+  CHECK(scaled.item() == 32768.0);
+}
