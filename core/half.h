@@ -21,6 +21,11 @@
 
 #include <bit>
 #include <cstdint>
+#include <type_traits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace minidl {
 
@@ -66,6 +71,27 @@ constexpr float float16_bits_to_float(uint16_t h) {
   return sign ? -v : v;
 }
 
+// The conversions the float16 type uses at run time: the x86 F16C instructions where the build
+// targets a CPU that has them (-march=native), which round to nearest even as IEEE says and cost
+// one instruction instead of the branches above; the functions above otherwise, and always in a
+// constant expression. A NaN still goes through the function above on the way to float16 (the
+// instruction would keep part of its payload, and the bits must stay PyTorch's 0x7E00).
+inline uint16_t float_to_float16_bits_fast(float f) {
+#if defined(__F16C__)
+  if (f != f) return float_to_float16_bits(f);
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+  return float_to_float16_bits(f);
+#endif
+}
+inline float float16_bits_to_float_fast(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return float16_bits_to_float(h);
+#endif
+}
+
 // ---- the types ----
 // bfloat16(x) rounds; float(b) is exact. from_bits / bits() reach the encoding itself.
 struct bfloat16 {
@@ -86,10 +112,13 @@ struct bfloat16 {
 struct float16 {
   uint16_t x = 0;
   float16() = default;
-  explicit constexpr float16(float f) : x(float_to_float16_bits(f)) {}
+  explicit constexpr float16(float f)
+      : x(std::is_constant_evaluated() ? float_to_float16_bits(f) : float_to_float16_bits_fast(f)) {}
   explicit constexpr float16(double d) : float16(static_cast<float>(d)) {}
   explicit constexpr float16(int i) : float16(static_cast<float>(i)) {}  // T(0), T(1) in generic kernels
-  constexpr operator float() const { return float16_bits_to_float(x); }
+  constexpr operator float() const {
+    return std::is_constant_evaluated() ? float16_bits_to_float(x) : float16_bits_to_float_fast(x);
+  }
   static constexpr float16 from_bits(uint16_t bits) {
     float16 h;
     h.x = bits;

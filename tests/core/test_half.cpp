@@ -163,6 +163,10 @@ TEST_CASE("the casts agree with a reference rounding in double on random float32
     INFO("float32 bits 0x" << std::hex << u);
     REQUIRE(same_value(bfloat16_bits_to_float(float_to_bfloat16_bits(x)), reference_bf16(x)));
     REQUIRE(same_value(float16_bits_to_float(float_to_float16_bits(x)), reference_fp16(x)));
+    // The float16 type's run-time conversions (F16C instructions where the build has them).
+    const float16 h(x);
+    REQUIRE(h.bits() == float_to_float16_bits(x));
+    REQUIRE(same_value(static_cast<float>(h), float16_bits_to_float(h.bits())));
   }
 }
 
