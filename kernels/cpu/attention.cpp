@@ -19,6 +19,12 @@
 // vectorises (fast_exp, kernels/cpu/fast_math.h: within 2 ulp), double keeps std::exp.
 // Strides: q, k, v rows may be strided on (b, h, row) (views of a fused qkv projection);
 // along E/Ev they are contiguous (the op layer's guarantee).
+// 16-bit q, k, v (Note [16-bit attention, one head at a time]): each task widens the head it
+// works on into float32 buffers of its thread, runs the float32 code above on them and rounds
+// its rows of the result; lse is float32 already. The same float32 math as staging whole
+// tensors through float32 copies (half_staging.h), so the same bits, but the copies are one
+// head's, not the whole batch's: during a GPT's backward, when every activation is still alive,
+// that is the difference between a few hundred KiB and tens of MiB of temporaries.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -27,7 +33,6 @@
 
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/half_staging.h"
 #include "kernels/cpu/fast_math.h"
 
 namespace minidl::cpu {
@@ -252,16 +257,92 @@ DropoutMask make_mask(double p, uint64_t seed, uint64_t offset, int64_t L, int64
   return mask;
 }
 
+// Note [16-bit attention, one head at a time]: float32 buffers for one head, on this thread.
+// Distinct from scratch<float>, which the float32 head code uses while these are live.
+float* head_buffer(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// dst[r, :] = src[r·row_stride, :] for rows [begin, end), cols contiguous: 16-bit rows widened.
+template <typename H>
+void widen_rows(const H* src, int64_t row_stride, int64_t begin, int64_t end, int64_t cols, float* dst) {
+  for (int64_t r = begin; r < end; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = static_cast<float>(src[r * row_stride + c]);
+}
+
+// dst[i] = H(src[i]) for i in [begin, end): a result rounded once into 16 bits.
+template <typename H>
+void round_range(const float* src, int64_t begin, int64_t end, H* dst) {
+  for (int64_t i = begin; i < end; ++i) dst[i] = H(src[i]);
+}
+
+template <typename H>
+void forward_half(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, double dropout_p,
+                  uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) {
+  const int64_t BH = q.shape()[0] * q.shape()[1], L = q.shape()[2], E = q.shape()[3];
+  const int64_t S = k.shape()[2], Ev = v.shape()[3];
+  const int64_t blocks = (L + kBlockQ - 1) / kBlockQ;
+  H* po = out.data<H>();
+  float* pl = lse.data<float>();  // float32 for 16-bit q (compute_dtype)
+  parallel_rows(BH * blocks, BH * L * S * (E + Ev) / (causal ? 2 : 1), [&](int64_t task) {
+    const int64_t bh = task / blocks, i0 = (task % blocks) * kBlockQ, nq = std::min(kBlockQ, L - i0);
+    const Head<H> h = head_of<H>(q, k, v, bh);
+    float* buf = head_buffer(static_cast<size_t>(L * E + S * E + S * Ev + L * Ev));
+    float *qf = buf, *kf = qf + L * E, *vf = kf + S * E, *of = vf + S * Ev;
+    widen_rows(h.q, h.q_row, i0, i0 + nq, E, qf);  // only the rows this block reads
+    widen_rows(h.k, h.k_row, 0, S, E, kf);
+    widen_rows(h.v, h.v_row, 0, S, Ev, vf);
+    DropoutMask mask = make_mask(dropout_p, seed, offset + static_cast<uint64_t>(bh * L * S), L, S);
+    forward_block(Head<float>{qf, kf, vf, E, E, Ev}, i0, nq, S, E, Ev, causal, static_cast<float>(scale), mask, of,
+                  pl + bh * L);
+    round_range(of, i0 * Ev, (i0 + nq) * Ev, po + bh * L * Ev);
+  });
+}
+
+template <typename H>
+void backward_half(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& lse, bool causal, double scale, double dropout_p, uint64_t seed, uint64_t offset,
+                   Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t BH = q.shape()[0] * q.shape()[1], L = q.shape()[2], E = q.shape()[3];
+  const int64_t S = k.shape()[2], Ev = v.shape()[3];
+  const H* pg = dout.data<H>();
+  const H* po = out.data<H>();
+  const float* pl = lse.data<float>();
+  H* pdq = dq.data<H>();
+  H* pdk = dk.data<H>();
+  H* pdv = dv.data<H>();
+  parallel_rows(BH, 2 * BH * L * S * (E + Ev) / (causal ? 2 : 1), [&](int64_t bh) {
+    const Head<H> h = head_of<H>(q, k, v, bh);
+    float* buf = head_buffer(static_cast<size_t>(2 * L * E + 2 * L * Ev + 2 * S * E + 2 * S * Ev));
+    float *qf = buf, *kf = qf + L * E, *vf = kf + S * E, *gf = vf + S * Ev, *of = gf + L * Ev;
+    float *dqf = of + L * Ev, *dkf = dqf + L * E, *dvf = dkf + S * E;
+    widen_rows(h.q, h.q_row, 0, L, E, qf);
+    widen_rows(h.k, h.k_row, 0, S, E, kf);
+    widen_rows(h.v, h.v_row, 0, S, Ev, vf);
+    widen_rows(pg + bh * L * Ev, Ev, 0, L, Ev, gf);
+    widen_rows(po + bh * L * Ev, Ev, 0, L, Ev, of);
+    DropoutMask mask = make_mask(dropout_p, seed, offset + static_cast<uint64_t>(bh * L * S), L, S);
+    backward_head(Head<float>{qf, kf, vf, E, E, Ev}, gf, of, pl + bh * L, L, S, E, Ev, causal,
+                  static_cast<float>(scale), mask, dqf, dkf, dvf);
+    round_range(dqf, 0, L * E, pdq + bh * L * E);
+    round_range(dkf, 0, S * E, pdk + bh * S * E);
+    round_range(dvf, 0, S * Ev, pdv + bh * S * Ev);
+  });
+}
+
 }  // namespace
 
 int64_t CpuBackend::attention_max_head_size() const { return std::numeric_limits<int64_t>::max(); }
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                    double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) {
-  if (HalfStaging::needed({&q, &k, &v, &out, &lse})) {  // float32 math for 16-bit tensors (half_staging.h)
-    HalfStaging s;
-    attention_forward(s.in(q), s.in(k), s.in(v), causal, scale, dropout_p, seed, offset, s.out(out), s.out(lse));
-    return s.commit();
+  if (is_half(q.dtype())) {  // Note [16-bit attention, one head at a time]
+    MINIDL_INTERNAL_ASSERT(out.is_contiguous() && lse.dtype() == DType::Float32);
+    if (q.dtype() == DType::BFloat16)
+      return forward_half<bfloat16>(q, k, v, causal, scale, dropout_p, seed, offset, out, lse);
+    return forward_half<float16>(q, k, v, causal, scale, dropout_p, seed, offset, out, lse);
   }
   dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -283,12 +364,11 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
 void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& out, const Tensor& lse, bool causal, double scale, double dropout_p,
                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
-  // float32 math for 16-bit tensors (half_staging.h)
-  if (HalfStaging::needed({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv})) {
-    HalfStaging s;
-    attention_backward(s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), s.in(lse), causal, scale, dropout_p, seed,
-                       offset, s.out(dq), s.out(dk), s.out(dv));
-    return s.commit();
+  if (is_half(q.dtype())) {  // Note [16-bit attention, one head at a time]
+    MINIDL_INTERNAL_ASSERT(dout.is_contiguous() && out.is_contiguous() && lse.dtype() == DType::Float32);
+    if (q.dtype() == DType::BFloat16)
+      return backward_half<bfloat16>(dout, q, k, v, out, lse, causal, scale, dropout_p, seed, offset, dq, dk, dv);
+    return backward_half<float16>(dout, q, k, v, out, lse, causal, scale, dropout_p, seed, offset, dq, dk, dv);
   }
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
