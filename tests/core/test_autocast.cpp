@@ -122,7 +122,18 @@ TEST_CASE("backward does not autocast, even when called inside the scope", "[aut
   AutocastGuard guard(Device::cpu(), DType::BFloat16);
   const Tensor y = ops::linear(randn({2, 4}, DType::Float32, &g), w);  // bf16
   const Tensor loss = ops::sum(y * y);  // bf16 (sum is not cast on the CPU)
+  // No CPU backward node calls an op of the table, so the gradients' dtypes alone could not tell
+  // whether backward autocasts: w's gradient hook runs inside backward, looks, and runs a linear.
+  bool enabled_in_backward = true;
+  DType linear_in_backward = DType::BFloat16;
+  w.register_hook([&](const Tensor&) {  // fires inside backward, when w's gradient is ready
+    enabled_in_backward = autocast::is_enabled(Device::cpu());
+    linear_in_backward = ops::linear(ones({2, 4}), ones({3, 4})).dtype();
+  });
   loss.backward();
+  CHECK_FALSE(enabled_in_backward);
+  CHECK(linear_in_backward == DType::Float32);
+  CHECK(autocast::is_enabled(Device::cpu()));  // and the scope is back after it
   CHECK(w.grad().dtype() == DType::Float32);
 }
 
