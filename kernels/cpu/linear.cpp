@@ -6,9 +6,13 @@
 //   forward:  y[N,M] = x[N,K]·W[M,K]ᵀ + b     — B = Wᵀ read with strides (1, K); bias and
 //             ReLU fused in the GEMM epilogue
 //   backward: dx[N,K] = dy[N,M]·W[M,K];  dW[M,K] = dyᵀ·x;  db[M] = Σ_rows dy
-// 16-bit operands: the GEMM reads them as they are (converting while it packs) and computes C
-// in a float32 buffer, rounded into the 16-bit result once at the end (HalfStaging::out): no
-// partial sum is ever rounded to 16 bits.
+// 16-bit operands: the GEMM reads them as they are (converting while it packs) and sums in
+// float32. A 16-bit C is computed in float32 panels of whole rows (gemm_into, below), each
+// rounded into C once the GEMM has summed all of K for it: no partial sum is ever rounded to 16
+// bits. The batched product rounds a float32 copy of all of C at the end (HalfStaging::out).
+#include <algorithm>
+#include <type_traits>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/half_staging.h"
 
@@ -25,14 +29,47 @@ OpStrides op_strides(const Tensor& x, bool trans) {
   return trans ? OpStrides{1, cols} : OpStrides{cols, 1};
 }
 
+// The float32 buffer of a 16-bit product holds about this much: a panel of rows of C.
+// A float32 copy of all of C would be the largest temporary of a 16-bit training step — the
+// char-GPT's c_fc output at batch 8 and context 256 is 2048 x 1024, 8 MiB in float32, alive at
+// the step's memory peak — while a panel of 1 MiB stays in the L2 cache between the GEMM that
+// writes it and the rounding that reads it.
+constexpr int64_t kPanelBytes = int64_t{1} << 20;
+
+// Runs g (its A, B, K, bias and ReLU set) into c, a contiguous [g.m, g.n] of T. float and double
+// are written in place. A 16-bit C goes by panels of `rows` rows: the GEMM writes a panel in
+// float32 and each element is rounded once into C; every panel sees all of K, so C is what one
+// float32 GEMM rounded at the end gives, bit for bit. Rows are a multiple of 64 (the M blocks of
+// the GEMM stay whole) unless C has fewer.
+template <typename T>
+void gemm_into(GemmArgs<compute_t<T>, T> g, T* c) {
+  g.ldc = g.n;
+  if constexpr (std::is_same_v<compute_t<T>, T>) {
+    g.c = c;
+    gemm(g);
+  } else {
+    const int64_t fit = kPanelBytes / static_cast<int64_t>(sizeof(float) * std::max<int64_t>(g.n, 1));
+    const int64_t rows = std::min(g.m, std::max<int64_t>(64, fit / 64 * 64));
+    const Tensor panel = empty(Shape{rows, g.n}, TensorOptions(DType::Float32, Device::cpu()));
+    for (int64_t r0 = 0; r0 < g.m; r0 += rows) {
+      GemmArgs<float, T> p = g;
+      p.m = std::min(rows, g.m - r0);
+      p.a = g.a + r0 * g.rs_a;
+      p.c = panel.data<float>();
+      gemm(p);
+      T* dst = c + r0 * g.n;
+      const int64_t count = p.m * g.n;
+      for (int64_t i = 0; i < count; ++i) dst[i] = T(p.c[i]);
+    }
+  }
+}
+
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) {
   dispatch_floating_and_half(c.dtype(), "matmul", [&](auto tag) {
     using T = decltype(tag);
-    using C = compute_t<T>;
-    HalfStaging staging;
-    GemmArgs<C, T> g;
+    GemmArgs<compute_t<T>, T> g;
     g.m = c.shape()[0];
     g.n = c.shape()[1];
     g.k = trans_a ? a.shape()[0] : a.shape()[1];
@@ -43,10 +80,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_
     g.b = b.data<T>();
     g.rs_b = sb.rs;
     g.cs_b = sb.cs;
-    g.c = staging.out(c).template data<C>();
-    g.ldc = g.n;
-    gemm(g);
-    staging.commit();
+    gemm_into(g, c.data<T>());
   });
 }
 
@@ -91,9 +125,8 @@ void CpuBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, con
 void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) {
   dispatch_floating_and_half(y.dtype(), "linear_forward", [&](auto tag) {
     using T = decltype(tag);
-    using C = compute_t<T>;
-    HalfStaging staging;
-    GemmArgs<C, T> g;
+    HalfStaging staging;  // a 16-bit bias is widened: the epilogue adds it in float32
+    GemmArgs<compute_t<T>, T> g;
     g.m = x.shape()[0];
     g.k = x.shape()[1];
     g.n = w.shape()[0];
@@ -103,12 +136,9 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     g.b = w.data<T>();  // Wᵀ: element (k, j) = W[j, k]
     g.rs_b = 1;
     g.cs_b = g.k;
-    g.c = staging.out(y).template data<C>();
-    g.ldc = g.n;
-    g.bias = bias.defined() ? staging.in(bias).template data<C>() : nullptr;
+    g.bias = bias.defined() ? staging.in(bias).template data<compute_t<T>>() : nullptr;
     g.relu = act == Activation::ReLU;
-    gemm(g);
-    staging.commit();
+    gemm_into(g, y.data<T>());
   });
 }
 

@@ -119,6 +119,12 @@ TEST_CASE("16-bit matmul, batched matmul and linear are the float32 products rou
              [](const auto& t) { return ops::linear(t[0], t[1].t(), t[2]); }, Grads::Exact, g);
     check_op(half, {representable({40, 70}, half, g), representable({31, 70}, half, g), representable({31}, half, g)},
              [](const auto& t) { return ops::linear(t[0], t[1], t[2], /*relu=*/true); }, Grads::Exact, g);
+    // C of 1100 columns: the float32 buffer holds 192 rows at a time (kernels/cpu/linear.cpp), so
+    // 450 rows are two whole panels and a last one of 66; each must land on its own rows.
+    check_op(half, {representable({450, 9}, half, g), representable({9, 1100}, half, g)},
+             [](const auto& t) { return ops::matmul(t[0], t[1]); }, Grads::Exact, g);
+    check_op(half, {representable({450, 9}, half, g), representable({1100, 9}, half, g), representable({1100}, half, g)},
+             [](const auto& t) { return ops::linear(t[0], t[1], t[2], /*relu=*/true); }, Grads::Exact, g);
   }
 }
 
