@@ -1,6 +1,9 @@
 // bench_gemm (bench/gemm.cpp): GFLOP/s of minidl's CPU GEMM (Backend::matmul, float32, row-major C = A·B) on
 // square shapes and the Fashion-MNIST MLP's shapes at batch 128, beside OpenBLAS's cblas_sgemm
 // on the same data in the same run when it was found at configure time (MINIDL_HAVE_OPENBLAS).
+// --half adds the same products with bfloat16 and float16 A, B and C (float32 accumulation;
+// bfloat16 through the AVX512_BF16 dot-product micro-kernel where the CPU has it) and their
+// speed relative to float32.
 // Each case: fresh random data, one warm-up call, calls batched into samples of >= --min-ms,
 // --reps samples, the median reported; all minidl cases run before all OpenBLAS cases (see the
 // note in main). Threads: OMP_NUM_THREADS, which the CPU kernels' thread pool reads
@@ -100,6 +103,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed samples per case; the median is reported")->check(CLI::PositiveNumber);
   app.add_option("--min-ms", min_ms, "minimum length of one timed sample, in milliseconds")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the random inputs");
+  bool half = false;
+  app.add_flag("--half", half, "also time bfloat16 and float16 operands (minidl only)");
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<GemmCase> cases = {
@@ -152,6 +157,24 @@ int main(int argc, char** argv) {
         return 1;
       }
       report(g, threads, "minidl", d.minidl_seconds);
+      for (DType dt : {DType::BFloat16, DType::Float16}) {
+        if (!half) break;
+        const Tensor a16 = d.a.to(dt), b16 = d.b.to(dt);
+        Tensor c16 = zeros({g.m, g.n}, TensorOptions(dt));
+        const double seconds = median_seconds_per_call([&] { cpu.matmul(a16, b16, c16, false, false); }, reps, min_ms / 1e3);
+        // Against the double product of the rounded inputs: the one rounding of C to 16 bits
+        // (2^-9 relative for bfloat16) dominates; 1e-2 flags a wrong kernel.
+        const Tensor a_ref = a16.to(DType::Float32), b_ref = b16.to(DType::Float32), c_ref = c16.to(DType::Float32);
+        const double err = sampled_relative_error(g, a_ref.data<float>(), b_ref.data<float>(), c_ref.data<float>());
+        const char* name = dt == DType::BFloat16 ? "minidl-bf16" : "minidl-fp16";
+        if (err > 1e-2) {
+          std::fprintf(stderr, "bench_gemm: %s result is wrong for %lldx%lldx%lld (relative error %.3g)\n", name,
+                       (long long)g.m, (long long)g.k, (long long)g.n, err);
+          return 1;
+        }
+        report(g, threads, name, seconds);
+        std::fprintf(stderr, "%38s %s at %.2fx minidl float32\n", "", name, d.minidl_seconds / seconds);
+      }
     }
 #ifdef MINIDL_HAVE_OPENBLAS
     std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -16,6 +16,10 @@
 // machine, where a barrier waits for whichever thread the OS has descheduled. Every element of
 // C sees the same sequence of K blocks and micro-kernel sums whatever the split, so the result
 // does not depend on the thread count.
+//
+// bfloat16 operands on a CPU with AVX512_BF16 take their own packing and micro-kernel
+// (Note [the bf16 dot-product micro-kernel]); every other 16-bit product widens its operands to
+// float while it packs them and runs the float micro-kernel.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +27,10 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 namespace minidl::cpu {
 
@@ -217,6 +225,136 @@ void gemm_serial(const GemmArgs<T, In>& g) {
   }
 }
 
+#if defined(__AVX512BF16__)
+// Note [the bf16 dot-product micro-kernel]
+// vdpbf16ps (_mm512_dpbf16_ps) takes two vectors of 32 bfloat16 and a vector of 16 float
+// accumulators, and adds to accumulator i the products of pair i: acc[i] += x[2i]·y[2i] +
+// x[2i+1]·y[2i+1], each product exact in float32 (8-bit significands) and each sum rounded to
+// float32 (to nearest even; the instruction treats subnormal inputs and results as zero). One
+// instruction is 32 multiply-adds where a float FMA is 16, and the operands are half as wide.
+// The packing pairs consecutive k so that the pair sits in one 32-bit lane:
+//   A strip [kc/2][MR][2]: the (k, k+1) values of row r side by side; broadcast as one int32
+//   B strip [kc/2][NR][2]: the (k, k+1) values of column c side by side; one 64-byte vector is
+//                          the pairs of 16 columns, two vectors cover the NR = 32
+// An odd kc pads its last pair with a zero. The tile is the float kernel's (MR rows, NR = 32
+// columns, 2·MR accumulators), so the blocking, the thread split and the epilogue (store_tile)
+// are shared with it. The sum over k runs in pairs rather than one term at a time, so the
+// result is not the float GEMM's bit for bit — both are float32 accumulations of the same
+// exact products, within K·2^-24·Σ|a·b| of the exact sum (tests/kernels/test_half_kernels.cpp
+// holds it to that) — and, as in the float kernel, the order does not depend on the threads.
+using Bf16Tile = Tile<float>;
+static_assert(Bf16Tile::NR == 32, "the bf16 micro-kernel computes 32 columns: two vectors of 16 floats");
+
+// Packs op(A)[i0:i0+mc, p0:p0+kc] into strips of MR rows, [ceil(kc/2)][MR][2] each.
+void pack_a_pairs(const GemmArgs<float, bfloat16>& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, uint16_t* dst) {
+  constexpr int MR = Bf16Tile::MR;
+  const int64_t strips = (mc + MR - 1) / MR, pairs = (kc + 1) / 2;
+  for (int64_t s = 0; s < strips; ++s) {
+    uint16_t* out = dst + s * pairs * MR * 2;
+    const int64_t rows = std::min<int64_t>(MR, mc - s * MR);
+    for (int64_t q = 0; q < pairs; ++q) {
+      const bfloat16* col = g.a + (i0 + s * MR) * g.rs_a + (p0 + 2 * q) * g.cs_a;
+      const bool odd_tail = 2 * q + 1 == kc;  // the last pair has no second k
+      int64_t r = 0;
+      for (; r < rows; ++r) {
+        out[(q * MR + r) * 2] = col[r * g.rs_a].bits();
+        out[(q * MR + r) * 2 + 1] = odd_tail ? 0 : col[r * g.rs_a + g.cs_a].bits();
+      }
+      for (; r < MR; ++r) out[(q * MR + r) * 2] = out[(q * MR + r) * 2 + 1] = 0;
+    }
+  }
+}
+
+// Packs op(B)[p0:p0+kc, j0:j0+nc] into strips of NR columns, [ceil(kc/2)][NR][2] each.
+void pack_b_pairs(const GemmArgs<float, bfloat16>& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, uint16_t* dst) {
+  constexpr int NR = Bf16Tile::NR;
+  const int64_t strips = (nc + NR - 1) / NR, pairs = (kc + 1) / 2;
+  for (int64_t s = 0; s < strips; ++s) {
+    uint16_t* out = dst + s * pairs * NR * 2;
+    const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
+    for (int64_t q = 0; q < pairs; ++q) {
+      const bfloat16* row0 = g.b + (p0 + 2 * q) * g.rs_b + (j0 + s * NR) * g.cs_b;
+      const bool odd_tail = 2 * q + 1 == kc;
+      int64_t c = 0;
+      for (; c < cols; ++c) {
+        out[(q * NR + c) * 2] = row0[c * g.cs_b].bits();
+        out[(q * NR + c) * 2 + 1] = odd_tail ? 0 : row0[c * g.cs_b + g.rs_b].bits();
+      }
+      for (; c < NR; ++c) out[(q * NR + c) * 2] = out[(q * NR + c) * 2 + 1] = 0;
+    }
+  }
+}
+
+// acc[MR][NR] = Σ over `pairs` k pairs of a's pair (broadcast) · b's pairs, as dot products.
+void micro_kernel_bf16(int64_t pairs, const uint16_t* __restrict a, const uint16_t* __restrict b, float* __restrict acc) {
+  constexpr int MR = Bf16Tile::MR;
+  __m512 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b);       // columns 0-15, their k pairs
+    const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 32);  // columns 16-31
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, a + 2 * i, sizeof pair);
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(pair);
+      c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);
+      c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);
+    }
+    a += 2 * MR;
+    b += 2 * Bf16Tile::NR;
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_store_ps(acc + i * Bf16Tile::NR, c0[i]);
+    _mm512_store_ps(acc + i * Bf16Tile::NR + 16, c1[i]);
+  }
+}
+
+struct PairBuffers {
+  std::unique_ptr<uint16_t, AlignedFree> a = aligned_buffer<uint16_t>(Bf16Tile::MC * (Bf16Tile::KC + 1));
+  std::unique_ptr<uint16_t, AlignedFree> b = aligned_buffer<uint16_t>((Bf16Tile::KC + 1) * (Bf16Tile::NC + Bf16Tile::NR));
+};
+
+// gemm_serial for bfloat16 operands through the dot-product micro-kernel: the same loops.
+void gemm_serial_bf16(const GemmArgs<float, bfloat16>& g) {
+  constexpr int MR = Bf16Tile::MR, NR = Bf16Tile::NR;
+  thread_local PairBuffers buffers;
+  uint16_t* ap = buffers.a.get();
+  uint16_t* bp = buffers.b.get();
+  alignas(64) float acc[MR * NR];
+  for (int64_t j0 = 0; j0 < g.n; j0 += Bf16Tile::NC) {
+    const int64_t nc = std::min(Bf16Tile::NC, g.n - j0);
+    const int64_t n_strips = (nc + NR - 1) / NR;
+    for (int64_t p0 = 0; p0 < g.k; p0 += Bf16Tile::KC) {
+      const int64_t kc = std::min(Bf16Tile::KC, g.k - p0), pairs = (kc + 1) / 2;
+      const bool first_k = p0 == 0, last_k = p0 + kc >= g.k;
+      pack_b_pairs(g, p0, kc, j0, nc, bp);
+      for (int64_t i0 = 0; i0 < g.m; i0 += Bf16Tile::MC) {
+        const int64_t mc = std::min(Bf16Tile::MC, g.m - i0);
+        const int64_t m_strips = (mc + MR - 1) / MR;
+        pack_a_pairs(g, i0, mc, p0, kc, ap);
+        for (int64_t sj = 0; sj < n_strips; ++sj) {
+          for (int64_t si = 0; si < m_strips; ++si) {
+            micro_kernel_bf16(pairs, ap + si * pairs * MR * 2, bp + sj * pairs * NR * 2, acc);
+            store_tile(g, acc, i0 + si * MR, j0 + sj * NR, std::min<int64_t>(MR, mc - si * MR),
+                       std::min<int64_t>(NR, nc - sj * NR), first_k, last_k);
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
+// One thread's block of C: the bf16 dot-product kernel where the CPU has it, else the float one.
+template <typename T, typename In>
+void gemm_block(const GemmArgs<T, In>& g) {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<In, bfloat16>) return gemm_serial_bf16(g);
+#endif
+  gemm_serial(g);
+}
+
 // Block `part` of `parts` of C: whole NR-column strips when there are enough of them, else
 // whole MR-row strips; the strips are dealt out as evenly as they go.
 template <typename T, typename In>
@@ -249,10 +387,10 @@ void gemm_blocked(const GemmArgs<T, In>& g) {
   const int64_t col_strips = (g.n + NR - 1) / NR, row_strips = (g.m + MR - 1) / MR;
   const bool split_columns = col_strips >= threads || col_strips >= row_strips;
   const int parts = static_cast<int>(std::min<int64_t>(threads, split_columns ? col_strips : row_strips));
-  if (parts <= 1) return gemm_serial(g);
+  if (parts <= 1) return gemm_block(g);
   pool.run(parts, [&](int part, int count) {
     const GemmArgs<T, In> sub = block_of(g, part, count, split_columns);
-    if (sub.m > 0 && sub.n > 0) gemm_serial(sub);
+    if (sub.m > 0 && sub.n > 0) gemm_block(sub);
   });
 }
 

@@ -6,9 +6,12 @@
 // kernel and reads only the inputs). A backward that reads a 16-bit value the forward stored
 // (softmax's and attention's outputs, the fused cross-entropy's gradient, a rounded total
 // norm) cannot match bit for bit, since float32 kept that value unrounded; those gradients are
-// held to a tolerance instead (kNear below). On top, the GEMM is held against float64 arithmetic with the tolerance its error
-// analysis gives (below), which would catch a 16-bit accumulator that the exact check, sharing
-// the float32 GEMM's code, could not see.
+// held to a tolerance instead (check_near below). bfloat16 products on a CPU with AVX512_BF16
+// run their own micro-kernel, which sums the same exact products in float32 but in pairs, so
+// they are held to the float32 accumulation bound instead (check_product_op). On top, the GEMM is
+// held against float64 arithmetic with the tolerance its error analysis gives (below), which
+// would catch a 16-bit accumulator that the exact check, sharing the float32 GEMM's code, could
+// not see.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -102,29 +105,75 @@ void check_op(DType half, const std::vector<Tensor>& inputs, const std::function
   }
 }
 
+// |t| elementwise, as a float32 tensor of t's shape.
+Tensor absolute(const Tensor& t) {
+  std::vector<float> v = t.detach().contiguous().to_vector<float>();
+  for (float& x : v) x = std::fabs(x);
+  return from_vector(v, t.shape());
+}
+
+// A product op (matmul, linear) in 16 bits against float32, for the GEMM kernels whose sums are
+// float32 but not in the float32 GEMM's order: bfloat16 on a CPU with AVX512_BF16 runs the
+// dot-product micro-kernel (kernels/cpu/gemm.cpp), which adds the exact products in pairs. Each
+// float32 sum of K exact products is within K·u32·Σ|a·b| of the exact sum (u32 = 2^-24), and the
+// 16-bit result adds one rounding (u16·|C|), so
+//   |C16 - C32| <= u16·|C32| + 3·K·u32·Σ|a·b|
+// (2·K·u32 for the two sums, with room for the rounding of the magnitude itself); Σ|a·b| is the
+// same op on |inputs|. Gradients are products too, of a rounded upstream gradient: check_near.
+// float16 (and bfloat16 elsewhere) packs into the float32 GEMM and is held bit for bit instead.
+void check_product_op(DType half, const std::vector<Tensor>& inputs,
+                      const std::function<Tensor(const std::vector<Tensor>&)>& op, int64_t k, Generator& g) {
+  if (half != DType::BFloat16) return check_op(half, inputs, op, Grads::Exact, g);
+  std::vector<Tensor> in16, in32, in_abs;
+  for (const Tensor& t : inputs) {
+    in16.push_back(t.to(half).detach().requires_grad_(true));
+    in32.push_back(t.clone().detach().requires_grad_(true));
+    in_abs.push_back(absolute(t));
+  }
+  const Tensor y16 = op(in16), y32 = op(in32);
+  CHECK(y16.dtype() == half);
+  const std::vector<float> got = y16.to(DType::Float32).to_vector<float>(), want = y32.to_vector<float>();
+  const std::vector<float> magnitude = op(in_abs).to_vector<float>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = 0x1p-8 * std::fabs(want[i]) + 3.0 * static_cast<double>(k) * 0x1p-24 * magnitude[i];
+    INFO("element " << i << ": " << got[i] << " against " << want[i] << ", bound " << bound);
+    REQUIRE(std::fabs(static_cast<double>(got[i]) - want[i]) <= bound);
+  }
+  const Tensor seed = representable(y32.shape(), half, g);
+  y16.backward(seed.to(half));
+  y32.backward(seed);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    INFO("gradient of input " << i);
+    REQUIRE(in16[i].grad().defined());
+    CHECK(in16[i].grad().dtype() == half);
+    check_near(in16[i].grad(), in32[i].grad(), "gradient");
+  }
+}
+
 }  // namespace
 
-TEST_CASE("16-bit matmul, batched matmul and linear are the float32 products rounded once", "[half][kernels]") {
+TEST_CASE("16-bit matmul, batched matmul and linear: float32 products, rounded once", "[half][kernels]") {
   Generator g(11);
   for (DType half : kHalves) {
     INFO(half);
     // Odd sizes on both sides of the small-problem path and of the packing blocks.
-    check_op(half, {representable({7, 5}, half, g), representable({5, 3}, half, g)},
-             [](const auto& t) { return ops::matmul(t[0], t[1]); }, Grads::Exact, g);
-    check_op(half, {representable({67, 300}, half, g), representable({300, 45}, half, g)},
-             [](const auto& t) { return ops::matmul(t[0], t[1]); }, Grads::Exact, g);
-    check_op(half, {representable({3, 2, 17, 33}, half, g), representable({3, 2, 19, 33}, half, g)},
-             [](const auto& t) { return ops::matmul(t[0], t[1].transpose(-2, -1)); }, Grads::Exact, g);
-    check_op(half, {representable({2, 65, 48}, half, g), representable({48, 37}, half, g), representable({37}, half, g)},
-             [](const auto& t) { return ops::linear(t[0], t[1].t(), t[2]); }, Grads::Exact, g);
-    check_op(half, {representable({40, 70}, half, g), representable({31, 70}, half, g), representable({31}, half, g)},
-             [](const auto& t) { return ops::linear(t[0], t[1], t[2], /*relu=*/true); }, Grads::Exact, g);
+    check_product_op(half, {representable({7, 5}, half, g), representable({5, 3}, half, g)},
+             [](const auto& t) { return ops::matmul(t[0], t[1]); }, 5, g);
+    check_product_op(half, {representable({67, 300}, half, g), representable({300, 45}, half, g)},
+             [](const auto& t) { return ops::matmul(t[0], t[1]); }, 300, g);
+    check_product_op(half, {representable({3, 2, 17, 33}, half, g), representable({3, 2, 19, 33}, half, g)},
+             [](const auto& t) { return ops::matmul(t[0], t[1].transpose(-2, -1)); }, 33, g);
+    check_product_op(half, {representable({2, 65, 48}, half, g), representable({48, 37}, half, g), representable({37}, half, g)},
+             [](const auto& t) { return ops::linear(t[0], t[1].t(), t[2]); }, 48, g);
+    check_product_op(half, {representable({40, 70}, half, g), representable({31, 70}, half, g), representable({31}, half, g)},
+             [](const auto& t) { return ops::linear(t[0], t[1], t[2], /*relu=*/true); }, 70, g);
     // C of 1100 columns: the float32 buffer holds 192 rows at a time (kernels/cpu/linear.cpp), so
     // 450 rows are two whole panels and a last one of 66; each must land on its own rows.
-    check_op(half, {representable({450, 9}, half, g), representable({9, 1100}, half, g)},
-             [](const auto& t) { return ops::matmul(t[0], t[1]); }, Grads::Exact, g);
-    check_op(half, {representable({450, 9}, half, g), representable({1100, 9}, half, g), representable({1100}, half, g)},
-             [](const auto& t) { return ops::linear(t[0], t[1], t[2], /*relu=*/true); }, Grads::Exact, g);
+    check_product_op(half, {representable({450, 9}, half, g), representable({9, 1100}, half, g)},
+             [](const auto& t) { return ops::matmul(t[0], t[1]); }, 9, g);
+    check_product_op(half, {representable({450, 9}, half, g), representable({1100, 9}, half, g), representable({1100}, half, g)},
+             [](const auto& t) { return ops::linear(t[0], t[1], t[2], /*relu=*/true); }, 9, g);
   }
 }
 
