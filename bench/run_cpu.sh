@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run_cpu.sh: every CPU benchmark in one run, JSON lines on stdout (tables and notes on stderr):
 #   bench/run_cpu.sh > bench/results-$(date +%F).jsonl
-# First line: {"bench":"meta",...} with date, commit and machine. Then bench_gemm on 1 and 2
-# threads (minidl and OpenBLAS), bench_train_step (the seed step in minidl), bench_data_parallel
+# First line: {"bench":"meta",...} with date, commit and machine. Then bench_roofline (the
+# machine's FMA, bf16 dot-product and memory ceilings), bench_gemm --half on 1 and 2 threads
+# (minidl in float32, bfloat16 and float16, and OpenBLAS), bench_train_step (the seed step in minidl), bench_data_parallel
 # (CPU replicas) and bench/torch_seed_step.py (the seed step in PyTorch) on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ build=${BUILD_DIR:-build/release}
 
 if [[ -z "${BUILD_DIR:-}" ]]; then
   cmake --preset release >&2
-  cmake --build --preset release -j"$(nproc)" --target bench_gemm bench_train_step bench_data_parallel >&2
+  cmake --build --preset release -j"$(nproc)" --target bench_roofline bench_gemm bench_train_step bench_data_parallel >&2
 fi
 
 # Let OpenBLAS pick its best kernels for this CPU: an inherited OPENBLAS_CORETYPE (some images
@@ -23,8 +24,9 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":%s}\n' \
   "$(date -u +%FT%TZ)" "$commit" "$dirty" "$cpu" "$(nproc)"
 
+"$build/bin/bench_roofline" --threads 2
 for threads in 1 2; do
-  OMP_NUM_THREADS=$threads "$build/bin/bench_gemm"
+  OMP_NUM_THREADS=$threads "$build/bin/bench_gemm" --half
 done
 OMP_NUM_THREADS=1 "$build/bin/bench_train_step"
 OMP_NUM_THREADS=1 "$build/bin/bench_data_parallel"
