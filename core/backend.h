@@ -87,12 +87,13 @@ class CapturedGraph {
   virtual int64_t nodes() const = 0;
 };
 
-// What a device's caching allocator holds (CUDA); see core/memory.h for the public calls.
+// What a device's caching allocator holds (CUDA's, and the CPU allocator's block caches); see
+// core/memory.h for the public calls.
 struct MemoryStats {
   int64_t allocated_bytes = 0;       // in live tensors (rounded to the allocator's size classes)
-  int64_t reserved_bytes = 0;        // obtained from the device: allocated + cached
+  int64_t reserved_bytes = 0;        // obtained from the device (or the system): allocated + cached
   int64_t peak_allocated_bytes = 0;  // since start or reset_peak_memory_stats
-  int64_t device_allocations = 0;    // cudaMalloc calls (cache misses)
+  int64_t device_allocations = 0;    // cudaMalloc calls, or on the CPU system allocations (cache misses)
   int64_t cache_hits = 0;            // allocations served from the cache
   int64_t cache_flushes = 0;         // times the cache was emptied to retry after an out-of-memory
 };

@@ -6,7 +6,7 @@
 
 namespace minidl {
 
-// Statistics of `device`'s caching allocator (CUDA devices; the CPU keeps none and throws).
+// Statistics of `device`'s caching allocator (CUDA devices, and the CPU's block caches).
 MemoryStats memory_stats(Device device);
 // Returns the cached, unused blocks of `device` to the driver or, on the CPU, those above
 // 1 MiB to the system (live tensors are untouched).

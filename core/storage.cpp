@@ -2,6 +2,7 @@
 #include "core/storage.h"
 
 #include <cstdint>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -37,6 +38,30 @@ constexpr size_t kAlignment = 64;
 // the system refuses is retried once after the cache has returned everything it holds.
 // empty_cache(Device::cpu()) returns them. Under AddressSanitizer both caches are off, so that
 // a use after free is still caught.
+//
+// Note [the CPU allocator's counters]
+// Relaxed atomic counters, updated by every allocation and free, give the CPU what the CUDA
+// caching allocator reports (memory_stats): `allocated` counts each live block by its size class
+// (what it occupies), `reserved` adds the cached blocks (what the process holds from the system
+// for tensors), `peak` is the largest `allocated` seen. So a training step's tensor peak can be
+// told apart from what the caches add to the resident memory the operating system reports.
+// A few atomic adds per tensor are noise beside the allocation itself.
+struct Counters {
+  std::atomic<int64_t> allocated{0}, reserved{0}, peak{0};
+  std::atomic<int64_t> system_allocations{0}, cache_hits{0}, cache_flushes{0};
+
+  void add_live(int64_t bytes) {
+    const int64_t now = allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    int64_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
+};
+Counters& counters() {
+  static auto* c = new Counters;  // never destroyed: tensors may be freed during exit (as below)
+  return *c;
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kUseBlockCache = false;
 #else
@@ -67,8 +92,11 @@ class BlockCache {
   }
   ~BlockCache() {
     alive = false;
-    for (auto& list : lists_)
+    for (int c = kMinClass; c <= kMaxClass; ++c) {
+      auto& list = lists_[c - kMinClass];
       for (size_t i = 0; i < list.count; ++i) std::free(list.blocks[i]);
+      counters().reserved.fetch_sub(static_cast<int64_t>(list.count) << c, std::memory_order_relaxed);
+    }
   }
 
   static thread_local bool alive;  // false once this thread's cache is destroyed
@@ -126,6 +154,7 @@ class LargeBlockCache {
     for (auto& [bytes, blocks] : free_)
       for (void* p : blocks) std::free(p);
     free_.clear();
+    counters().reserved.fetch_sub(static_cast<int64_t>(cached_bytes_), std::memory_order_relaxed);
     cached_bytes_ = 0;
   }
 
@@ -148,36 +177,56 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t bytes) override {
     if (bytes > static_cast<size_t>(PTRDIFF_MAX))  // no system gives that much, and rounding it would wrap
       throw OutOfMemory(detail::make_message("cpu allocator: failed to allocate ", bytes, " bytes"));
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;  // aligned_alloc wants a multiple
+    const size_t rounded = block_size(bytes);
+    Counters& n = counters();
     if (kUseBlockCache && bytes < LargeBlockCache::kMinBytes) {
-      // Rounded to the block's class even when this thread's cache is gone (at thread exit), so
-      // that another thread's cache can file the block under its class when it is freed there.
-      const int c = BlockCache::size_class(bytes);
       if (BlockCache::alive)
-        if (void* p = block_cache().take(c)) return p;
-      rounded = size_t{1} << c;
+        if (void* p = block_cache().take(BlockCache::size_class(bytes))) return hit(rounded, p);
     } else if (kUseBlockCache && LargeBlockCache::serves(bytes)) {  // Note [large CPU blocks are cached too]
-      rounded = LargeBlockCache::rounded(bytes);
-      if (void* p = large_block_cache().take(rounded)) return p;
+      if (void* p = large_block_cache().take(rounded)) return hit(rounded, p);
     }
-    void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    void* p = std::aligned_alloc(kAlignment, rounded);
     if (p == nullptr && kUseBlockCache && bytes >= LargeBlockCache::kMinBytes) {
       large_block_cache().release();  // the cached blocks of other classes may be what is missing
+      n.cache_flushes.fetch_add(1, std::memory_order_relaxed);
       p = std::aligned_alloc(kAlignment, rounded);
     }
     if (p == nullptr) throw OutOfMemory(detail::make_message("cpu allocator: failed to allocate ", bytes, " bytes"));
+    n.system_allocations.fetch_add(1, std::memory_order_relaxed);
+    n.reserved.fetch_add(static_cast<int64_t>(rounded), std::memory_order_relaxed);
+    n.add_live(static_cast<int64_t>(rounded));
     return p;
   }
   void deallocate(void* ptr, size_t bytes) noexcept override {
+    const auto size = static_cast<int64_t>(block_size(bytes));
+    Counters& n = counters();
+    n.allocated.fetch_sub(size, std::memory_order_relaxed);
     if (kUseBlockCache && bytes < LargeBlockCache::kMinBytes) {
       if (BlockCache::alive && block_cache().give(BlockCache::size_class(bytes), ptr)) return;
     } else if (kUseBlockCache && LargeBlockCache::serves(bytes)) {
       try {
-        if (large_block_cache().give(LargeBlockCache::rounded(bytes), ptr)) return;
+        if (large_block_cache().give(static_cast<size_t>(size), ptr)) return;
       } catch (...) {  // the cache's own bookkeeping could not grow: the block goes to the system
       }
     }
+    n.reserved.fetch_sub(size, std::memory_order_relaxed);
     std::free(ptr);
+  }
+
+ private:
+  // The size of the block a request of `bytes` gets. Small blocks are rounded to their class
+  // even when this thread's cache is gone (at thread exit), so that another thread's cache can
+  // file the block under its class when it is freed there; aligned_alloc wants a multiple of
+  // the alignment, and at least one.
+  static size_t block_size(size_t bytes) {
+    if (kUseBlockCache && bytes < LargeBlockCache::kMinBytes) return size_t{1} << BlockCache::size_class(bytes);
+    if (kUseBlockCache && LargeBlockCache::serves(bytes)) return LargeBlockCache::rounded(bytes);
+    return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  static void* hit(size_t rounded, void* p) {
+    counters().cache_hits.fetch_add(1, std::memory_order_relaxed);
+    counters().add_live(static_cast<int64_t>(rounded));
+    return p;
   }
 };
 
@@ -190,6 +239,23 @@ Allocator& cpu_allocator() {
 
 void release_cached_cpu_blocks() {
   if (kUseBlockCache) large_block_cache().release();
+}
+
+CpuAllocatorCounters cpu_allocator_counters() {
+  const Counters& n = counters();
+  CpuAllocatorCounters c;
+  c.allocated_bytes = n.allocated.load(std::memory_order_relaxed);
+  c.reserved_bytes = n.reserved.load(std::memory_order_relaxed);
+  c.peak_allocated_bytes = n.peak.load(std::memory_order_relaxed);
+  c.system_allocations = n.system_allocations.load(std::memory_order_relaxed);
+  c.cache_hits = n.cache_hits.load(std::memory_order_relaxed);
+  c.cache_flushes = n.cache_flushes.load(std::memory_order_relaxed);
+  return c;
+}
+
+void reset_cpu_allocator_peak() {
+  Counters& n = counters();
+  n.peak.store(n.allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 Storage::Storage(size_t bytes, Device device, Allocator& allocator)

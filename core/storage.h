@@ -25,6 +25,17 @@ Allocator& cpu_allocator();
 // Returns the CPU allocator's cached blocks above 1 MiB to the system (empty_cache(Device::cpu())).
 void release_cached_cpu_blocks();
 
+// The CPU allocator's counters (Note [the CPU allocator's counters] in core/storage.cpp), in the
+// terms of the CUDA caching allocator's: bytes in live tensors and obtained from the system,
+// counted by the blocks' sizes; the peak of the live bytes since start or the last reset;
+// allocations the system served and the cache served.
+struct CpuAllocatorCounters {
+  int64_t allocated_bytes = 0, reserved_bytes = 0, peak_allocated_bytes = 0;
+  int64_t system_allocations = 0, cache_hits = 0, cache_flushes = 0;
+};
+CpuAllocatorCounters cpu_allocator_counters();
+void reset_cpu_allocator_peak();
+
 class Storage {
  public:
   Storage() = default;

@@ -164,17 +164,24 @@ void CpuBackend::randint(Tensor& dst, int64_t low, int64_t high, uint64_t seed, 
   }
 }
 
-// CPU memory comes from an aligned allocator that keeps freed blocks for reuse (core/storage.cpp);
-// it keeps no statistics, so asking for them is an error rather than a table of zeros.
+// CPU memory comes from an aligned allocator that keeps freed blocks for reuse and counts them
+// (core/storage.cpp, Note [the CPU allocator's counters]); "device allocations" are the
+// allocations the system served.
 MemoryStats CpuBackend::memory_stats() {
-  throw Error("memory_stats: cpu memory is not tracked; statistics exist for CUDA devices (their caching allocator)");
+  const CpuAllocatorCounters c = cpu_allocator_counters();
+  MemoryStats s;
+  s.allocated_bytes = c.allocated_bytes;
+  s.reserved_bytes = c.reserved_bytes;
+  s.peak_allocated_bytes = c.peak_allocated_bytes;
+  s.device_allocations = c.system_allocations;
+  s.cache_hits = c.cache_hits;
+  s.cache_flushes = c.cache_flushes;
+  return s;
 }
 // The blocks above 1 MiB go back to the system; the small per-thread lists stay (at most
 // 32 blocks per size class and thread).
 void CpuBackend::empty_cache() { release_cached_cpu_blocks(); }
-void CpuBackend::reset_peak_memory_stats() {
-  throw Error("reset_peak_memory_stats: cpu memory is not tracked; statistics exist for CUDA devices");
-}
+void CpuBackend::reset_peak_memory_stats() { reset_cpu_allocator_peak(); }
 
 Backend& cpu_backend_instance() {
   static CpuBackend backend;

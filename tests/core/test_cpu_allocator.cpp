@@ -4,7 +4,8 @@
 // still fill what they promise in reused blocks. Reuse is what the caches are for; under
 // AddressSanitizer they are off (a freed block must stay poisoned), so the reuse checks are
 // skipped there. That empty_cache(Device::cpu()) gives the blocks back to the system is not
-// observable from here: the system may hand out the same block again.
+// observable from here: the system may hand out the same block again. memory_stats(cpu) counts
+// the blocks (Note [the CPU allocator's counters]).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -110,4 +111,47 @@ TEST_CASE("tensors of a CNN's sizes keep their values across reuse of cached blo
     CHECK(ok);
   }
   empty_cache(Device::cpu());
+}
+
+TEST_CASE("memory_stats(cpu) counts live blocks, cached blocks, the peak and the cache hits", "[storage]") {
+  // Counted by block: a small request by its power-of-two class (1000 bytes: a 1 KiB block), a
+  // large one by its class of 1/8 of its octave (3 MiB + 5 bytes: at most 1/8 more), or without
+  // the caches rounded to the 64-byte alignment. The bounds below hold for every rule.
+  const Device cpu = Device::cpu();
+  Allocator& a = cpu_allocator();
+  const size_t small = 1000, large = (size_t{3} << 20) + 5;
+  reset_peak_memory_stats(cpu);
+  const MemoryStats s0 = memory_stats(cpu);
+  CHECK(s0.peak_allocated_bytes == s0.allocated_bytes);
+  CHECK(s0.reserved_bytes >= s0.allocated_bytes);
+
+  void* p = a.allocate(small);
+  void* q = a.allocate(large);
+  const MemoryStats s1 = memory_stats(cpu);
+  const int64_t blocks = s1.allocated_bytes - s0.allocated_bytes;
+  CHECK(blocks >= static_cast<int64_t>(small + large));
+  CHECK(blocks <= static_cast<int64_t>(1024 + large + large / 8 + 64));
+  CHECK(s1.peak_allocated_bytes == s1.allocated_bytes);
+  CHECK(s1.reserved_bytes >= s1.allocated_bytes);
+  a.deallocate(q, large);
+  a.deallocate(p, small);
+  const MemoryStats s2 = memory_stats(cpu);
+  CHECK(s2.allocated_bytes == s0.allocated_bytes);
+  CHECK(s2.peak_allocated_bytes == s1.peak_allocated_bytes);  // the peak stays until reset
+  if (kCaches) {
+    CHECK(s2.reserved_bytes == s1.reserved_bytes);  // both blocks wait in the caches
+  } else {
+    CHECK(s2.reserved_bytes == s1.reserved_bytes - blocks);  // both went back to the system
+  }
+
+  // The same requests again: served by the caches (no system allocation), or by the system.
+  p = a.allocate(small);
+  q = a.allocate(large);
+  const MemoryStats s3 = memory_stats(cpu);
+  CHECK(s3.cache_hits - s2.cache_hits == (kCaches ? 2 : 0));
+  CHECK(s3.device_allocations - s2.device_allocations == (kCaches ? 0 : 2));
+  a.deallocate(q, large);
+  a.deallocate(p, small);
+  reset_peak_memory_stats(cpu);
+  CHECK(memory_stats(cpu).peak_allocated_bytes == memory_stats(cpu).allocated_bytes);
 }
