@@ -8,7 +8,8 @@
 # speed: each round runs fp32, bf16 and fp16 once each, one after the other (a noisy machine slows
 #   them alike); prints the median ms/iteration of each and its ratio to fp32's.
 # memory: one short run per precision (the peak is reached in the first steps), peak resident
-#   memory (getrusage's maxrss, which the trainer prints) and its ratio to fp32's.
+#   memory (getrusage's maxrss, which the trainer prints) and its ratio to fp32's, and beside it
+#   the peak in live tensors (the allocator's count, without what its caches hold).
 # loss: the README recipe (2000 iterations by default) in fp32 and bf16; the final validation
 #   losses and their difference.
 # small: the README's recipe (4 layers, 4 heads, 128 wide, context 64, batch 12); large: 256 wide,
@@ -27,6 +28,7 @@ size_flags() {
 gpt() { OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$build/bin/char_gpt" --device cpu --progress lines "$@" 2>&1; }
 ms() { sed -n 's/.*iterations in .* s, \([0-9.]*\) ms\/iter.*/\1/p' | tail -n 1; }
 mib() { sed -n 's/.*peak resident memory \([0-9.]*\) MiB.*/\1/p' | tail -n 1; }
+tensor_mib() { sed -n 's/.*peak in tensors \([0-9.]*\) MiB.*/\1/p' | tail -n 1; }
 val() { sed -n 's/^step [0-9]*: train loss [0-9.]*, val loss \([0-9.]*\).*/\1/p' | tail -n 1; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
@@ -54,10 +56,17 @@ case "$mode" in
   memory)
     size=${2:-large}
     read -r -a flags <<<"$(size_flags "$size")"
-    declare -A peak
-    for d in fp32 bf16 fp16; do peak[$d]=$(gpt --iters 3 --warmup 1 --eval-interval 100000 --eval-iters 1 "${flags[@]}" --dtype "$d" | mib); done
-    echo "char_gpt $size, peak resident memory (MiB):"
-    for d in fp32 bf16 fp16; do printf '  %-5s %8s   /fp32 %s\n' "$d" "${peak[$d]}" "$(ratio "${peak[$d]}" "${peak[fp32]}")"; done
+    declare -A peak tensors
+    for d in fp32 bf16 fp16; do
+      out=$(gpt --iters 3 --warmup 1 --eval-interval 100000 --eval-iters 1 "${flags[@]}" --dtype "$d")
+      peak[$d]=$(echo "$out" | mib)
+      tensors[$d]=$(echo "$out" | tensor_mib)
+    done
+    echo "char_gpt $size, peak resident memory and peak in live tensors (MiB):"
+    for d in fp32 bf16 fp16; do
+      printf '  %-5s %8s   /fp32 %s   tensors %8s   /fp32 %s\n' "$d" "${peak[$d]}" "$(ratio "${peak[$d]}" "${peak[fp32]}")" \
+        "${tensors[$d]}" "$(ratio "${tensors[$d]}" "${tensors[fp32]}")"
+    done
     ;;
   loss)
     iters=${2:-2000}

@@ -251,6 +251,7 @@ class GPTTask final : public samples::TrainingTask {
   std::shared_ptr<GPT> model() const { return model_; }
   const std::vector<EvalPoint>& history() const { return history_; }
   bool lead() const { return rank_ == 0; }
+  Device device() const { return device_; }
 
  private:
   double split_loss(const std::vector<int64_t>& split, const char* name) {
@@ -307,6 +308,7 @@ TrainingResult train(const TrainerConfig& config, const TextData& data, std::ost
       .resume = config.resume,
       .lead = task.lead(),
       .print_speed = true,
+      .device = task.device(),
       .progress = config.progress,
       .profile = config.profile};
   const samples::LoopResult r = samples::run_training(std::move(options), task, out);

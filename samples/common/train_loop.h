@@ -23,10 +23,12 @@
 #include <cstdint>
 #include <iosfwd>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/device.h"
 #include "io/checkpoint.h"
 #include "samples/common/profile_window.h"
 #include "samples/common/progress.h"
@@ -44,7 +46,8 @@ struct LoopOptions {
   std::string checkpoint{};       // the checkpoint's path (written by the lead process); empty: none
   std::string resume{};           // the checkpoint to continue from; empty: a new run
   bool lead = true;               // this process evaluates, prints and writes (rank 0)
-  bool print_speed = false;       // end with "N iterations in S s, M ms/iter"
+  bool print_speed = false;       // end with "N iterations in S s, M ms/iter, peak resident memory"
+  std::optional<Device> device{};  // the model's device: adds its allocator's peak in tensors to that line
   ProgressStyle progress = ProgressStyle::Lines;
   ProfileOptions profile{};
 };
