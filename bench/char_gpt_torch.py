@@ -21,6 +21,7 @@ Torch 1.13 has no fused scaled_dot_product_attention: attention is nanoGPT's exp
 (masked softmax of q·kᵀ/sqrt(hs)), as minidl computes it.
 Exits 0 with a message on stderr when torch is not installed."""
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -184,6 +185,9 @@ def main():
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: the forward and the loss under torch.autocast(device, torch.bfloat16), as minidl's "
+                        "--dtype bf16 (float32 weights and optimizer)")
     a = p.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -199,14 +203,22 @@ def main():
     opt = make_optimizer(model, a.lr, a.weight_decay, a.beta2)
     gen = torch.Generator().manual_seed(a.seed)
 
+    def precision():  # a fresh context manager each time: autocast for --dtype bf16
+        if a.dtype == "bf16":
+            return torch.autocast(device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     @torch.no_grad()
     def evaluate():
         model.eval()
         eval_gen = torch.Generator().manual_seed(a.seed + 1)  # the same batches at every evaluation
         out = []
         for split in (train, val):
-            losses = [loss_of(model, *(t.to(device) for t in get_batch(split, a.batch_size, a.block_size, eval_gen))).item()
-                      for _ in range(a.eval_iters)]
+            losses = []
+            for _ in range(a.eval_iters):
+                x, y = (t.to(device) for t in get_batch(split, a.batch_size, a.block_size, eval_gen))
+                with precision():
+                    losses.append(loss_of(model, x, y).item())
             out.append(sum(losses) / len(losses))
         model.train()
         return out
@@ -224,7 +236,9 @@ def main():
             g["lr"] = get_lr(it, a.lr, a.min_lr, a.warmup, decay_iters)
         for _ in range(a.grad_accum):
             x, y = get_batch(train, a.batch_size, a.block_size, gen)
-            (loss_of(model, x.to(device), y.to(device)) / a.grad_accum).backward()
+            with precision():
+                loss = loss_of(model, x.to(device), y.to(device)) / a.grad_accum
+            loss.backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
@@ -235,6 +249,7 @@ def main():
     ms = 1000 * seconds / max(a.iters, 1)
     print(f"{a.iters} iterations in {seconds:.1f} s, {ms:.2f} ms/iter")
     print(json.dumps({"bench": "char_gpt", "impl": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "dtype": a.dtype,
                       "iters": a.iters, "ms_per_iter": ms, "history": history}))
 
 

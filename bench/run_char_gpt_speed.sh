@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_char_gpt_speed.sh: ms per training iteration of the char-GPT on the CPU, minidl
 # (samples/char_gpt) against its PyTorch twin (bench/char_gpt_torch.py), side by side:
-#   bench/run_char_gpt_speed.sh [small|large] [rounds] [iters]
+#   bench/run_char_gpt_speed.sh [small|large] [rounds] [iters] [fp32|bf16]
 # small: the default recipe (4 layers, 4 heads, 128 wide, context 64, batch 12); large: 256 wide,
 # context 256, batch 8. Each round runs minidl once and PyTorch once in each of its three thread
 # settings, one after the other, so a noisy machine slows all of them alike; the medians over
@@ -11,6 +11,8 @@
 #   default     torch.set_num_threads(2), OpenBLAS's own default (2 threads): both teams at once
 #   blas1-omp2  OPENBLAS_NUM_THREADS=1, torch threads 2: products single-threaded, the rest on 2
 #   blas2-omp1  OPENBLAS_NUM_THREADS=2, torch threads 1: products on 2 threads, the rest on 1
+# bf16: both train under bfloat16 autocast (minidl --dtype bf16; PyTorch torch.autocast("cpu",
+# torch.bfloat16)), float32 weights and optimizer in both.
 # Needs the release build (build/release/bin/char_gpt; BUILD_DIR overrides) and /usr/bin/python3
 # with torch (Debian's python3-torch). Evaluations are not timed (both print training ms/iter).
 set -euo pipefail
@@ -19,12 +21,17 @@ build=${BUILD_DIR:-build/release}
 size=${1:-small}
 rounds=${2:-5}
 iters=${3:-}
+dtype=${4:-fp32}
+case "$dtype" in
+  fp32 | bf16) ;;
+  *) echo "usage: $0 [small|large] [rounds] [iters] [fp32|bf16]" >&2; exit 2 ;;
+esac
 case "$size" in
   small) flags=(); iters=${iters:-100} ;;
   large) flags=(--n-layer 4 --n-head 4 --n-embd 256 --block-size 256 --batch-size 8); iters=${iters:-20} ;;
-  *) echo "usage: $0 [small|large] [rounds] [iters]" >&2; exit 2 ;;
+  *) echo "usage: $0 [small|large] [rounds] [iters] [fp32|bf16]" >&2; exit 2 ;;
 esac
-common=(--iters "$iters" --warmup 5 --eval-interval 100000 --eval-iters 1 "${flags[@]}")
+common=(--iters "$iters" --warmup 5 --eval-interval 100000 --eval-iters 1 --dtype "$dtype" "${flags[@]}")
 py=/usr/bin/python3
 
 ms() { sed -n 's/.*iterations in .* s, \([0-9.]*\) ms\/iter.*/\1/p' | tail -n 1; }
@@ -38,7 +45,7 @@ for ((r = 1; r <= rounds; r++)); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 m=$(echo "${runs[minidl]}" | median)
-echo "char_gpt $size, $iters iterations, $rounds rounds, ms/iteration (median; every run):"
+echo "char_gpt $size $dtype, $iters iterations, $rounds rounds, ms/iteration (median; every run):"
 for k in minidl default blas1-omp2 blas2-omp1; do
   med=$(echo "${runs[$k]}" | median)
   ratio=$(awk -v a="$m" -v b="$med" 'BEGIN {printf "%.2f", a / b}')
