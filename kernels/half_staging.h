@@ -14,7 +14,10 @@
 // they pass through untouched, as do int64 indices and undefined tensors. The cost is a float32
 // copy of each 16-bit operand for the length of one call. The hot ops read 16 bits directly
 // instead: on the CPU the GEMM converts while it packs (gemm.cpp) and the elementwise kernels
-// convert per element; on CUDA the elementwise kernels and the GEMM (kernels/cuda) do the same.
+// convert per element; on CUDA the elementwise kernels (arithmetic, ReLU, GELU, dropout) convert
+// per element, and the hand-written GEMM of matmul and linear, forward and backward (gemm.cu,
+// linear.cu), widens its operands as it loads them and rounds C as it stores it. CUDA's cuBLAS
+// GEMM path (gemm_impl() == GemmImpl::Cublas) stages, since it calls cublasSgemm.
 //
 // Use, at the top of a method:
 //   if (HalfStaging::needed({&x, &y})) {

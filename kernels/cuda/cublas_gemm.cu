@@ -1,5 +1,6 @@
 // The cuBLAS baseline of the CUDA GEMM: the same row-major problem as gemm.cu (gemm.h,
 // GemmProblem) through cublasSgemm in plain fp32, then bias and ReLU in a small epilogue kernel.
+// float32 operands only: linear.cu gives this path 16-bit products as float32 copies (HalfStaging).
 //
 // Note [row-major through column-major cuBLAS]
 // cuBLAS reads matrices column-major. A row-major matrix X [r, c] with row stride ld occupies
@@ -15,7 +16,8 @@
 // in fp32 (CUBLAS_COMPUTE_32F) without TF32 tensor cores: the honest baseline for an fp32 kernel.
 //
 // bias_activation: C[i, j] = act((accumulate ? C[i, j] : 0) + bias[j]) over [m, n] with row
-// stride ldc. Blocks of 32×8 threads: x runs along a row (coalesced), y over rows; both loops
+// stride ldc, C and bias float32 or 16-bit (half.cuh: widened on load, float32 math, one rounding
+// on store). Blocks of 32×8 threads: x runs along a row (coalesced), y over rows; both loops
 // grid-stride so any m, n fit the grid limits.
 #include "kernels/cuda/gemm.h"
 
@@ -24,6 +26,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
@@ -35,17 +38,18 @@ constexpr int kEpilogueRows = 8;   // rows per block pass
 
 // ---- kernels ----
 
-__global__ void bias_activation_kernel(float* __restrict__ c, int64_t m, int64_t n, int64_t ldc,
-                                       const float* __restrict__ bias, bool relu, bool accumulate) {
+template <typename T>
+__global__ void bias_activation_kernel(T* __restrict__ c, int64_t m, int64_t n, int64_t ldc,
+                                       const T* __restrict__ bias, bool relu, bool accumulate) {
   for (int64_t i = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; i < m;
        i += static_cast<int64_t>(gridDim.y) * blockDim.y) {
-    float* row = c + i * ldc;  // row i of C [m, n]
+    T* row = c + i * ldc;  // row i of C [m, n]
     for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      float v = accumulate ? row[j] : 0.0f;
-      if (bias != nullptr) v += bias[j];
+      float v = accumulate ? to_float(row[j]) : 0.0f;
+      if (bias != nullptr) v += to_float(bias[j]);
       if (relu && v < 0.0f) v = 0.0f;  // NaN stays NaN, as on the CPU
-      row[j] = v;
+      row[j] = from_float<T>(v);
     }
   }
 }
@@ -54,19 +58,24 @@ __global__ void bias_activation_kernel(float* __restrict__ c, int64_t m, int64_t
 
 // ---- launchers ----
 
-void bias_activation(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias, bool relu, bool accumulate,
-                     cudaStream_t stream) {
+void bias_activation(DType dtype, void* c, int64_t m, int64_t n, int64_t ldc, const void* bias, bool relu,
+                     bool accumulate, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   if (accumulate && bias == nullptr && !relu) return;  // identity
   const dim3 block(kEpilogueCols, kEpilogueRows);
   const int64_t grid_x = std::min<int64_t>(ceil_div(n, kEpilogueCols), 1024);
   const int64_t grid_y = std::min<int64_t>(ceil_div(m, kEpilogueRows), 65535);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  MINIDL_LAUNCH(bias_activation_kernel, grid, block, 0, stream, c, m, n, ldc, bias, relu, accumulate);
+  dispatch_float_and_half(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    MINIDL_LAUNCH(bias_activation_kernel<T>, grid, block, 0, stream, static_cast<T*>(c), m, n, ldc,
+                  static_cast<const T*>(bias), relu, accumulate);
+  });
 }
 
 void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stream) {
   MINIDL_INTERNAL_ASSERT(p.m >= 1 && p.n >= 1 && p.k >= 1, "M, N, K = ", p.m, ", ", p.n, ", ", p.k);  // run_gemm
+  MINIDL_INTERNAL_ASSERT(p.dtype == DType::Float32, "cublas_sgemm of ", p.dtype);  // linear.cu stages 16 bits
   MINIDL_CHECK(p.m <= kMaxGemmDim && p.n <= kMaxGemmDim && p.k <= kMaxGemmDim && p.lda <= INT_MAX &&
                    p.ldb <= INT_MAX && p.ldc <= INT_MAX,
                "cublas_sgemm: M, N, K = ", p.m, ", ", p.n, ", ", p.k, " and leading dimensions ", p.lda, ", ", p.ldb,
@@ -75,22 +84,25 @@ void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stre
   const cublasOperation_t op_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int lda = static_cast<int>(p.lda), ldb = static_cast<int>(p.ldb), ldc = static_cast<int>(p.ldc);
+  const float* const a = static_cast<const float*>(p.a);  // [M, K] or [K, M]
+  const float* const b = static_cast<const float*>(p.b);  // [K, N] or [N, K]
+  float* const c = static_cast<float*>(p.c);              // [M, N]
   // Note [row-major through column-major cuBLAS]: Cᵀ[N, M] = op(B)ᵀ · op(A)ᵀ, per product.
   if (p.batch == 1) {
-    MINIDL_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, n, m, k, &one, p.b, ldb, p.a, lda, &zero, p.c, ldc));
+    MINIDL_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, n, m, k, &one, b, ldb, a, lda, &zero, c, ldc));
     if (profiler::active()) profiler::note_launch();  // a library call counts as one launch
   } else {
     // cuBLAS takes an int batch count: chunks of at most INT_MAX products.
     for (int64_t first = 0; first < p.batch; first += INT_MAX) {
       const int count = static_cast<int>(std::min<int64_t>(p.batch - first, INT_MAX));
-      MINIDL_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, &one, p.b + first * p.stride_b, ldb,
-                                                    p.stride_b, p.a + first * p.stride_a, lda, p.stride_a, &zero,
-                                                    p.c + first * p.stride_c, ldc, p.stride_c, count));
+      MINIDL_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, &one, b + first * p.stride_b, ldb,
+                                                    p.stride_b, a + first * p.stride_a, lda, p.stride_a, &zero,
+                                                    c + first * p.stride_c, ldc, p.stride_c, count));
       if (profiler::active()) profiler::note_launch();
     }
   }
   for (int64_t i = 0; i < p.batch; ++i)  // returns at once when there is neither bias nor ReLU
-    bias_activation(p.c + i * p.stride_c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/true, stream);
+    bias_activation(DType::Float32, c + i * p.stride_c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/true, stream);
 }
 
 }  // namespace minidl::cuda

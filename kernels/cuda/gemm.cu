@@ -1,8 +1,10 @@
-// The hand-written SGEMM of the CUDA backend, with the bias and ReLU fused into its epilogue.
+// The hand-written SGEMM of the CUDA backend, with the bias and ReLU fused into its epilogue:
+// float32 math on float32, bfloat16 or float16 matrices.
 //
 // Math:   C[M, N] = act(op(A) · op(B) + bias),  C[i, j] = act(Σ_p op(A)[i, p] · op(B)[p, j] + bias[j])
-// Shapes: row-major float32 with leading dimensions (gemm.h, GemmProblem): A is [M, K] or,
-//         transposed, [K, M]; B is [K, N] or [N, K]; bias [N] or none; any M, N, K >= 1.
+// Shapes: row-major with leading dimensions (gemm.h, GemmProblem): A is [M, K] or, transposed,
+//         [K, M]; B is [K, N] or [N, K]; bias [N] or none; any M, N, K >= 1. A, B, C and bias
+//         share one dtype: float32, bfloat16 or float16.
 //
 // Strategy (one thread block per BM×BN tile of C, 1-D grid, M tiles fastest):
 //   - K is walked in steps of BK. Each step stages op(A)[BM, BK] and op(B)[BK, BN] in shared
@@ -23,6 +25,21 @@
 //     tails, odd leading dimensions, offset views) a guarded scalar path reads what exists and
 //     zero-fills the rest, so the inner loop never branches and padding adds 0·0 terms only.
 //   - Epilogue: + bias[j], ReLU, and a guarded store (float4 when C allows, scalar otherwise).
+//
+// 16-bit matrices (bfloat16, float16): the kernel is templated on the element type it reads
+// (TIn, of A and B) and the one it writes (TOut, of C and bias), and half.cuh's to_float /
+// from_float / vec4_t do the conversions, so float32 is the TIn = TOut = float case of the same
+// code. A vector is 4 elements either way: one 8-byte uint2 load of 16-bit elements where a
+// float32 operand takes a 16-byte float4, under the same conditions (pointer aligned to the
+// vector, leading dimension and batch stride multiples of 4), else the guarded scalar path.
+// The prefetch registers hold the 16-bit elements as read (half as many registers as float32);
+// they are widened to float32 (exact) as they are stored to shared memory, so shared memory, the
+// inner loop and the accumulators are the float32 kernel's. The epilogue widens the 16-bit bias,
+// adds it, applies ReLU and rounds each output once to the nearest even 16-bit value as it
+// stores it (4 at a time in a uint2 when C allows). With split K the slices write float32
+// partials (TOut = float) and splitk_reduce_kernel rounds their sum once into the 16-bit C. So a
+// 16-bit product has the bits of the float32 kernel run on the widened operands with the same
+// plan and then rounded: the same float32 operations in the same order.
 //
 // Tile configurations (block tile BM×BN, K step BK; sizes and residency in gemm_plan.h):
 //   Large  128×128×8,  256 threads = 8 warps (2×4) of 64×32, 8×8 outputs per thread, 2 blocks/SM
@@ -60,8 +77,9 @@
 // and the square ones keep the plans of steps 1 and 3. bench_kernels times other candidates
 // beside these (its gemm_plan lines), so a device where another plan wins shows it.
 //
-// Split K: grid.y = S, slice s writes its partial product to workspace [S, M, N], and
-// splitk_reduce_kernel adds the S partials in order, then bias and ReLU.
+// Split K: grid.y = S, slice s writes its partial product to the float32 workspace [S, M, N]
+// (whatever C's dtype), and splitk_reduce_kernel adds the S partials in order, then bias and
+// ReLU, and stores C in its dtype.
 //
 // Batches (GemmProblem::batch, the strided-batched product of matmul over [..., M, K]): grid.z
 // is the product, whose operands and output sit at fixed strides from the first one's; each
@@ -79,6 +97,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace minidl::cuda {
@@ -111,7 +130,7 @@ struct TileConfig {
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the block tile");
   static_assert(WM % WMITER == 0 && WN % WNITER == 0, "sub-tiles must cover the warp tile");
   static_assert(LANES_M * LANES_N == kWarpSize, "a sub-tile is 32 lanes of 4x4 outputs");
-  static_assert(BK % 4 == 0 && BM % 4 == 0 && BN % 4 == 0, "float4 loads need multiples of 4");
+  static_assert(BK % 4 == 0 && BM % 4 == 0 && BN % 4 == 0, "4-element vector loads need multiples of 4");
   static_assert((BM * BK / 4) % THREADS == 0 && (BN * BK / 4) % THREADS == 0, "loads must split evenly");
 };
 
@@ -120,12 +139,14 @@ using MediumTile = TileConfig<GemmTile::Medium64x64, 32, 32, 1, 2>;
 using SmallTile = TileConfig<GemmTile::Small32x32, 32, 16, 1, 1>;
 using LargeTileK16 = TileConfig<GemmTile::Large128x128K16, 64, 32, 2, 2>;
 
-// Everything a launch needs, by value in the kernel's parameter space.
+// Everything a launch needs, by value in the kernel's parameter space. TIn is the element type
+// of A and B; TOut that of C and bias: TIn, or float for the partials of split K (bias nullptr).
+template <typename TIn, typename TOut>
 struct SgemmArgs {
-  const float* a = nullptr;
-  const float* b = nullptr;
-  float* c = nullptr;
-  const float* bias = nullptr;
+  const TIn* a = nullptr;
+  const TIn* b = nullptr;
+  TOut* c = nullptr;
+  const TOut* bias = nullptr;
   int64_t lda = 0, ldb = 0, ldc = 0;
   int m = 0, n = 0, k = 0;
   int tiles_m = 0;  // blocks along M; block x computes tile (x % tiles_m, x / tiles_m)
@@ -133,22 +154,23 @@ struct SgemmArgs {
   int64_t split_stride = 0;  // elements between the outputs of consecutive slices (0: one slice)
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between consecutive products (grid.z)
   bool relu = false;
-  bool vec_a = false, vec_b = false, vec_c = false;  // float4 global access allowed
+  bool vec_a = false, vec_b = false, vec_c = false;  // 4-element vector access allowed (vec4_t)
 };
 
 // ---- kernels ----
 
 // One operand's slice of a K step: X rows of M (for A) or N (for B) by BK values of k, moved
-// global -> registers (load) -> shared memory (store) as THREADS threads' float4s.
+// global -> registers (load) -> shared memory (store) as THREADS threads' vectors of 4 elements
+// of T (vec4_t: a float4, or a uint2 of 16-bit elements, widened to float32 by store()).
 // K_CONTIG: memory runs along k (A, or Bᵀ): slot s is row x = s / (BK/4), k = 4·(s % (BK/4)),
 //           and is scattered into shared rows k..k+3 at column x.
 // otherwise memory runs along x (Aᵀ, or B): slot s is k = s / (X/4), x = 4·(s % (X/4)), stored
 //           as one float4 into shared row k. Consecutive threads read consecutive addresses.
-template <int X, int BK, int THREADS, bool K_CONTIG>
+template <typename T, int X, int BK, int THREADS, bool K_CONTIG>
 struct OperandTile {
   static constexpr int kVecs = X * BK / 4 / THREADS;
   static constexpr int kLds = X + kSmemPad;
-  float4 v[kVecs];
+  vec4_t<T> v[kVecs];  // 4 elements each, as read from global memory
 
   __device__ static void slot(int s, int& x, int& kk) {
     if constexpr (K_CONTIG) {
@@ -162,21 +184,21 @@ struct OperandTile {
 
   // `base` points at element (x = 0, k = 0) of this slice; x_left / k_left are how many rows /
   // k values of the matrix remain from there (may exceed X / BK). Outside them: zeros.
-  __device__ void load(const float* __restrict__ base, int64_t ld, int x_left, int k_left, bool vec, int tid) {
+  __device__ void load(const T* __restrict__ base, int64_t ld, int x_left, int k_left, bool vec, int tid) {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       int x, kk;
       slot(tid + i * THREADS, x, kk);
-      const float* p = K_CONTIG ? base + x * ld + kk : base + kk * ld + x;
+      const T* p = K_CONTIG ? base + x * ld + kk : base + kk * ld + x;
       const bool line_ok = K_CONTIG ? x < x_left : kk < k_left;  // the row of memory exists
       const int run = K_CONTIG ? k_left - kk : x_left - x;         // elements left along it
       if (vec && line_ok && run >= 4) {
-        v[i] = *reinterpret_cast<const float4*>(p);  // aligned: checked on the host (vec)
+        v[i] = *reinterpret_cast<const vec4_t<T>*>(p);  // aligned: checked on the host (vec)
       } else {
-        v[i].x = line_ok && run > 0 ? p[0] : 0.0f;
-        v[i].y = line_ok && run > 1 ? p[1] : 0.0f;
-        v[i].z = line_ok && run > 2 ? p[2] : 0.0f;
-        v[i].w = line_ok && run > 3 ? p[3] : 0.0f;
+        float f[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) f[q] = line_ok && run > q ? to_float(p[q]) : 0.0f;
+        v[i] = pack4<T>(f);  // exact: each value is a T
       }
     }
   }
@@ -186,20 +208,20 @@ struct OperandTile {
     for (int i = 0; i < kVecs; ++i) {
       int x, kk;
       slot(tid + i * THREADS, x, kk);
+      float f[4];
+      unpack4<T>(v[i], f);  // widened to float32: exact
       if constexpr (K_CONTIG) {
-        smem[(kk + 0) * kLds + x] = v[i].x;
-        smem[(kk + 1) * kLds + x] = v[i].y;
-        smem[(kk + 2) * kLds + x] = v[i].z;
-        smem[(kk + 3) * kLds + x] = v[i].w;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) smem[(kk + q) * kLds + x] = f[q];
       } else {
-        *reinterpret_cast<float4*>(smem + kk * kLds + x) = v[i];
+        *reinterpret_cast<float4*>(smem + kk * kLds + x) = make_float4(f[0], f[1], f[2], f[3]);
       }
     }
   }
 };
 
-template <class Cfg, bool TRANS_A, bool TRANS_B>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_kernel(const SgemmArgs args) {
+template <class Cfg, typename TIn, typename TOut, bool TRANS_A, bool TRANS_B>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_kernel(const SgemmArgs<TIn, TOut> args) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr int LDS_A = Cfg::LDS_A, LDS_B = Cfg::LDS_B;
   constexpr int TM = Cfg::TM, TN = Cfg::TN;
@@ -214,9 +236,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
   const int k_begin = static_cast<int>(blockIdx.y) * args.k_split;  // this block's slice of K
   const int k_len = min(args.k - k_begin, args.k_split);
   const int64_t product = blockIdx.z;  // which product of a batch (0 for a single GEMM)
-  float* const c = args.c + product * args.stride_c + blockIdx.y * args.split_stride;  // C, or this slice's partial
-  const float* const a = args.a + product * args.stride_a;
-  const float* const b = args.b + product * args.stride_b;
+  TOut* const c = args.c + product * args.stride_c + blockIdx.y * args.split_stride;  // C, or this slice's partial
+  const TIn* const a = args.a + product * args.stride_a;
+  const TIn* const b = args.b + product * args.stride_b;
 
   // Which outputs this thread owns: warp tile (warp_m, warp_n), lane (lane_m, lane_n) in each
   // 32×16 sub-tile; local row of accumulator i·4 + r is warp_m·WM + i·SUB_M + lane_m·4 + r.
@@ -228,15 +250,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
 
   // Slice origins at k = k_begin and their step per K tile: A [M, K] (or Aᵀ stored [K, M]),
   // B [K, N] (or Bᵀ stored [N, K]).
-  const float* a_slice = TRANS_A ? a + static_cast<int64_t>(k_begin) * args.lda + m0
-                                 : a + static_cast<int64_t>(m0) * args.lda + k_begin;
-  const float* b_slice = TRANS_B ? b + static_cast<int64_t>(n0) * args.ldb + k_begin
-                                 : b + static_cast<int64_t>(k_begin) * args.ldb + n0;
+  const TIn* a_slice = TRANS_A ? a + static_cast<int64_t>(k_begin) * args.lda + m0
+                               : a + static_cast<int64_t>(m0) * args.lda + k_begin;
+  const TIn* b_slice = TRANS_B ? b + static_cast<int64_t>(n0) * args.ldb + k_begin
+                               : b + static_cast<int64_t>(k_begin) * args.ldb + n0;
   const int64_t a_step = TRANS_A ? BK * args.lda : BK;
   const int64_t b_step = TRANS_B ? BK : BK * args.ldb;
 
-  OperandTile<BM, BK, Cfg::THREADS, !TRANS_A> a_tile;
-  OperandTile<BN, BK, Cfg::THREADS, TRANS_B> b_tile;
+  OperandTile<TIn, BM, BK, Cfg::THREADS, !TRANS_A> a_tile;
+  OperandTile<TIn, BN, BK, Cfg::THREADS, TRANS_B> b_tile;
 
   float acc[TM][TN];  // outputs [TM, TN] in registers
 #pragma unroll
@@ -298,13 +320,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
     __syncthreads();
   }
 
-  // Epilogue: + bias, ReLU, store what lies inside C.
+  // Epilogue: + bias, ReLU, store what lies inside C (rounded once to TOut).
 #pragma unroll
   for (int j = 0; j < Cfg::WNITER; ++j) {
     const int col = col_base + j * Cfg::SUB_N;  // first of 4 columns, local to the tile
     float bias4[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) bias4[q] = args.bias != nullptr && col + q < n_left ? args.bias[n0 + col + q] : 0.0f;
+    for (int q = 0; q < 4; ++q)
+      bias4[q] = args.bias != nullptr && col + q < n_left ? to_float(args.bias[n0 + col + q]) : 0.0f;
 #pragma unroll
     for (int i = 0; i < Cfg::WMITER; ++i) {
 #pragma unroll
@@ -317,32 +340,34 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
           o[q] = acc[i * 4 + r][j * 4 + q] + bias4[q];
           if (args.relu && o[q] < 0.0f) o[q] = 0.0f;
         }
-        float* out = c + static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);
+        TOut* out = c + static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);
         if (args.vec_c && col + 3 < n_left) {
-          *reinterpret_cast<float4*>(out) = make_float4(o[0], o[1], o[2], o[3]);
+          *reinterpret_cast<vec4_t<TOut>*>(out) = pack4<TOut>(o);
         } else {
 #pragma unroll
           for (int q = 0; q < 4; ++q)
-            if (col + q < n_left) out[q] = o[q];
+            if (col + q < n_left) out[q] = from_float<TOut>(o[q]);
         }
       }
     }
   }
 }
 
-// C[i, j] = act(Σ_s partial[s, i, j] + bias[j]) for partial [splits, M, N]: the split-K sum, in
-// slice order. Grid-stride over the M·N outputs; consecutive threads take consecutive j.
+// C[i, j] = act(Σ_s partial[s, i, j] + bias[j]) for float32 partial [splits, M, N]: the split-K
+// sum, in slice order, in float32, rounded once to C's type T. Grid-stride over the M·N outputs;
+// consecutive threads take consecutive j.
+template <typename T>
 __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t splits, int64_t m, int64_t n,
-                                     float* __restrict__ c, int64_t ldc, const float* __restrict__ bias, bool relu) {
+                                     T* __restrict__ c, int64_t ldc, const T* __restrict__ bias, bool relu) {
   const int64_t total = m * n;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = idx / n, j = idx % n;
     float v = 0.0f;
     for (int64_t s = 0; s < splits; ++s) v += partial[s * total + idx];
-    if (bias != nullptr) v += bias[j];
+    if (bias != nullptr) v += to_float(bias[j]);
     if (relu && v < 0.0f) v = 0.0f;
-    c[i * ldc + j] = v;
+    c[i * ldc + j] = from_float<T>(v);
   }
 }
 
@@ -351,10 +376,15 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t 
 constexpr int kReduceThreads = 256;
 constexpr int64_t kMaxGridZ = 65535;
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// Whether the kernel may move 4 elements of T at once from p: p aligned to the vector (16 bytes
+// of float32, 8 of 16-bit elements), and every row (ld apart) and product (stride apart) too.
+template <typename T>
+bool vectors_allowed(const void* p, int64_t ld, int64_t stride) {
+  return reinterpret_cast<uintptr_t>(p) % sizeof(vec4_t<T>) == 0 && ld % 4 == 0 && stride % 4 == 0;
+}
 
-template <class Cfg, bool TRANS_A, bool TRANS_B>
-void launch_sgemm(SgemmArgs args, int64_t splits, int64_t batch, cudaStream_t stream) {
+template <class Cfg, bool TRANS_A, bool TRANS_B, typename TIn, typename TOut>
+void launch_sgemm(SgemmArgs<TIn, TOut> args, int64_t splits, int64_t batch, cudaStream_t stream) {
   const int64_t tiles_m = ceil_div(args.m, Cfg::BM);
   const int64_t blocks = tiles_m * ceil_div(args.n, Cfg::BN);
   MINIDL_CHECK(blocks <= INT32_MAX, "native_sgemm: ", args.m, "x", args.n, " needs ", blocks,
@@ -363,18 +393,18 @@ void launch_sgemm(SgemmArgs args, int64_t splits, int64_t batch, cudaStream_t st
   // Products [first, first + count) of the batch per launch: grid.z holds at most 65535.
   for (int64_t first = 0; first < batch; first += kMaxGridZ) {
     const int64_t count = std::min(batch - first, kMaxGridZ);
-    SgemmArgs chunk = args;
+    SgemmArgs<TIn, TOut> chunk = args;
     chunk.a += first * args.stride_a;
     chunk.b += first * args.stride_b;
     chunk.c += first * args.stride_c;
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits), static_cast<unsigned>(count));
-    MINIDL_LAUNCH(sgemm_tiled_kernel<Cfg, TRANS_A, TRANS_B>, grid, Cfg::THREADS, 0, stream, chunk);
+    MINIDL_LAUNCH(sgemm_tiled_kernel<Cfg, TIn, TOut, TRANS_A, TRANS_B>, grid, Cfg::THREADS, 0, stream, chunk);
   }
 }
 
-template <class Cfg>
-void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, int64_t splits, int64_t batch,
-                           cudaStream_t stream) {
+template <class Cfg, typename TIn, typename TOut>
+void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs<TIn, TOut>& args, int64_t splits,
+                           int64_t batch, cudaStream_t stream) {
   if (trans_a) {
     if (trans_b) launch_sgemm<Cfg, true, true>(args, splits, batch, stream);
     else launch_sgemm<Cfg, true, false>(args, splits, batch, stream);
@@ -382,6 +412,73 @@ void launch_for_transposes(bool trans_a, bool trans_b, const SgemmArgs& args, in
     if (trans_b) launch_sgemm<Cfg, false, true>(args, splits, batch, stream);
     else launch_sgemm<Cfg, false, false>(args, splits, batch, stream);
   }
+}
+
+template <typename TIn, typename TOut>
+void launch_for_plan(const GemmProblem& p, const NativeGemmPlan& plan, const SgemmArgs<TIn, TOut>& args,
+                     cudaStream_t stream) {
+  switch (plan.tile) {
+    case GemmTile::Large128x128:
+      launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream);
+      break;
+    case GemmTile::Medium64x64:
+      launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream);
+      break;
+    case GemmTile::Small32x32:
+      launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream);
+      break;
+    case GemmTile::Large128x128K16:
+      launch_for_transposes<LargeTileK16>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream);
+      break;
+  }
+}
+
+// A launch's fields for A, B and the shape of p on `plan`; the caller fills in C's.
+template <typename T, typename TOut>
+SgemmArgs<T, TOut> operand_args(const GemmProblem& p, const NativeGemmPlan& plan) {
+  SgemmArgs<T, TOut> args;
+  args.a = static_cast<const T*>(p.a);
+  args.b = static_cast<const T*>(p.b);
+  args.lda = p.lda;
+  args.ldb = p.ldb;
+  args.m = static_cast<int>(p.m);
+  args.n = static_cast<int>(p.n);
+  args.k = static_cast<int>(p.k);
+  args.k_split = static_cast<int>(plan.k_split);  // <= K rounded up to BK (check_gemm_plan): fits an int
+  args.stride_a = p.stride_a;
+  args.stride_b = p.stride_b;
+  // Vector access needs every product's matrix aligned, not only the first one's.
+  args.vec_a = vectors_allowed<T>(p.a, p.lda, p.stride_a);
+  args.vec_b = vectors_allowed<T>(p.b, p.ldb, p.stride_b);
+  return args;
+}
+
+// The product on `plan` with elements of T: the tiled kernel writes C (in T), or, when the plan
+// splits K, float32 partials into `workspace` that splitk_reduce_kernel sums into C.
+template <typename T>
+void native_sgemm_typed(const GemmProblem& p, const NativeGemmPlan& plan, int sm_count, float* workspace,
+                        cudaStream_t stream) {
+  if (plan.splits == 1) {
+    SgemmArgs<T, T> args = operand_args<T, T>(p, plan);
+    args.c = static_cast<T*>(p.c);
+    args.ldc = p.ldc;
+    args.stride_c = p.stride_c;
+    args.bias = static_cast<const T*>(p.bias);
+    args.relu = p.relu;
+    args.vec_c = vectors_allowed<T>(p.c, p.ldc, p.stride_c);
+    launch_for_plan(p, plan, args, stream);
+    return;
+  }
+  // Slices write float32 partials [splits, M, N]; bias, ReLU and the rounding to T wait for their sum.
+  SgemmArgs<T, float> args = operand_args<T, float>(p, plan);
+  args.c = workspace;
+  args.ldc = p.n;
+  args.split_stride = p.m * p.n;
+  args.vec_c = vectors_allowed<float>(workspace, p.n, 0);
+  launch_for_plan(p, plan, args, stream);
+  const unsigned blocks = grid_for(p.m * p.n, kReduceThreads, sm_count);
+  MINIDL_LAUNCH(splitk_reduce_kernel<T>, blocks, kReduceThreads, 0, stream, workspace, plan.splits, p.m, p.n,
+                static_cast<T*>(p.c), p.ldc, static_cast<const T*>(p.bias), p.relu);
 }
 
 }  // namespace
@@ -399,47 +496,10 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
                plan.splits, " K slices needs a workspace of ", plan.workspace_floats(), " floats");
   MINIDL_CHECK(p.batch >= 1 && (p.batch == 1 || plan.splits == 1), "native_sgemm: a batch of ", p.batch, " products ",
                p.m, "x", p.n, "x", p.k, " runs on plans with whole K, got ", plan.splits, " K slices");
-  SgemmArgs args;
-  args.a = p.a;
-  args.b = p.b;
-  args.c = p.c;
-  args.bias = p.bias;
-  args.lda = p.lda;
-  args.ldb = p.ldb;
-  args.ldc = p.ldc;
-  args.m = static_cast<int>(p.m);
-  args.n = static_cast<int>(p.n);
-  args.k = static_cast<int>(p.k);
-  args.k_split = static_cast<int>(plan.k_split);  // <= K rounded up to BK (check_gemm_plan): fits an int
-  args.relu = p.relu;
-  args.stride_a = p.stride_a;
-  args.stride_b = p.stride_b;
-  args.stride_c = p.stride_c;
-  // float4 access needs every product's matrix aligned, not only the first one's.
-  args.vec_a = aligned16(p.a) && p.lda % 4 == 0 && p.stride_a % 4 == 0;
-  args.vec_b = aligned16(p.b) && p.ldb % 4 == 0 && p.stride_b % 4 == 0;
-  args.vec_c = aligned16(p.c) && p.ldc % 4 == 0 && p.stride_c % 4 == 0;
-  if (plan.splits > 1) {  // slices write partials [splits, M, N]; bias and ReLU wait for their sum
-    args.c = workspace;
-    args.ldc = p.n;
-    args.bias = nullptr;
-    args.relu = false;
-    args.vec_c = aligned16(workspace) && p.n % 4 == 0;
-    args.split_stride = p.m * p.n;
-  }
-  switch (plan.tile) {
-    case GemmTile::Large128x128: launch_for_transposes<LargeTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream); break;
-    case GemmTile::Medium64x64: launch_for_transposes<MediumTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream); break;
-    case GemmTile::Small32x32: launch_for_transposes<SmallTile>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream); break;
-    case GemmTile::Large128x128K16:
-      launch_for_transposes<LargeTileK16>(p.trans_a, p.trans_b, args, plan.splits, p.batch, stream);
-      break;
-  }
-  if (plan.splits > 1) {
-    const unsigned blocks = grid_for(p.m * p.n, kReduceThreads, sm_count);
-    MINIDL_LAUNCH(splitk_reduce_kernel, blocks, kReduceThreads, 0, stream, workspace, plan.splits, p.m, p.n, p.c, p.ldc,
-                  p.bias, p.relu);
-  }
+  // float32, bfloat16 or float16; any other dtype is an internal error (dispatch_float_and_half).
+  dispatch_float_and_half(p.dtype, [&](auto tag) {
+    native_sgemm_typed<decltype(tag)>(p, plan, sm_count, workspace, stream);
+  });
 }
 
 void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream) {

@@ -9,26 +9,32 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/cuda/gemm_plan.h"
 
 namespace minidl::cuda {
 
-// C[M, N] = act(op(A) · op(B) + bias), every matrix row-major float32:
+// C[M, N] = act(op(A) · op(B) + bias), every matrix row-major with elements of `dtype`:
 //   A is [M, K] with row stride lda, or [K, M] when trans_a (op(A) = Aᵀ);
 //   B is [K, N] with row stride ldb, or [N, K] when trans_b;
 //   C is [M, N] with row stride ldc; bias is [N] added to every row, or nullptr;
 //   act is ReLU (v < 0 ? 0 : v, so NaN stays NaN as on the CPU) when relu, else identity.
+// dtype is float32, bfloat16 or float16, one for A, B, C and bias alike (the pointers are untyped
+// so that one description serves the three). The math is float32 whatever the dtype: 16-bit
+// elements are widened as they are read and C is rounded once as it is written. Leading
+// dimensions and strides count elements.
 struct GemmProblem {
+  DType dtype = DType::Float32;
   int64_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
+  const void* a = nullptr;
   int64_t lda = 0;
   bool trans_a = false;
-  const float* b = nullptr;
+  const void* b = nullptr;
   int64_t ldb = 0;
   bool trans_b = false;
-  float* c = nullptr;
+  void* c = nullptr;
   int64_t ldc = 0;
-  const float* bias = nullptr;
+  const void* bias = nullptr;
   bool relu = false;
   // A strided batch of such products: product i reads A + i·stride_a and B + i·stride_b (0: the
   // same matrix for every product) and writes C + i·stride_c. The bias and ReLU apply to each.
@@ -42,8 +48,9 @@ struct GemmProblem {
 constexpr int64_t kMaxGemmDim = int64_t{1} << 30;
 
 // Hand-written tiled SGEMM (gemm.cu) on the plan native_gemm_plan(m, n, k, sm_count) picks
-// (gemm_plan.h). Needs m, n, k >= 1, and `workspace` on the same device with that plan's
-// workspace_floats() floats (nullptr when that is 0). Queued on `stream`.
+// (gemm_plan.h), for any of the three dtypes (float32 math, hence the name). Needs m, n, k >= 1,
+// and `workspace` on the same device with that plan's workspace_floats() floats (nullptr when
+// that is 0; float32 whatever the dtype: split-K partials are float32). Queued on `stream`.
 void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStream_t stream);
 
 // The same on a plan given by the caller (benchmarks and tests try plans the heuristic would not
@@ -54,12 +61,14 @@ void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, in
                             cudaStream_t stream);
 
 // The same through cublasSgemm plus an epilogue kernel for bias/ReLU (cublas_gemm.cu).
-// Needs m, n, k >= 1; `handle` is bound to the stream the epilogue runs on.
+// Needs m, n, k >= 1 and dtype float32 (linear.cu stages 16-bit operands through float32 copies
+// for it); `handle` is bound to the stream the epilogue runs on.
 void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stream);
 
 // C[i, j] = act((accumulate ? C[i, j] : 0) + (bias ? bias[j] : 0)) over [m, n] with row stride
-// ldc (cublas_gemm.cu): the cuBLAS path's epilogue, and the whole product when K = 0.
-void bias_activation(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias, bool relu, bool accumulate,
-                     cudaStream_t stream);
+// ldc, C and bias of `dtype` (float32, bfloat16 or float16; computed in float32, rounded once)
+// (cublas_gemm.cu): the cuBLAS path's epilogue, and the whole product when K = 0.
+void bias_activation(DType dtype, void* c, int64_t m, int64_t n, int64_t ldc, const void* bias, bool relu,
+                     bool accumulate, cudaStream_t stream);
 
 }  // namespace minidl::cuda

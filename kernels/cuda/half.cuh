@@ -15,7 +15,8 @@
 //
 // Vectorised access (Note [16-bit vectors]): a uint4 is 16 bytes, 8 elements of 2 bytes; unpack8
 // / pack8 move them between a uint4 and 8 floats, element 0 in the low half of .x (little-endian
-// memory order, as a real load gives it).
+// memory order, as a real load gives it). vec4_t<T> is 4 elements of T in one load or store (a
+// float4 of float32, a uint2 of 16-bit elements, as the GEMM moves them); unpack4 / pack4 likewise.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,6 +74,42 @@ __device__ inline uint4 pack8(const float (&f)[8]) {
     w[j] = static_cast<unsigned>(bits_of(from_float<T>(f[2 * j]))) |
            (static_cast<unsigned>(bits_of(from_float<T>(f[2 * j + 1]))) << 16);
   return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// ---- four elements of T in one vector (Note [16-bit vectors]) ----
+// 16 bytes of float32 or 8 bytes of a 16-bit type: aligned to its size when loaded or stored.
+template <typename T>
+using vec4_t = std::conditional_t<is_half_type_v<T>, uint2, float4>;
+
+template <typename T>
+__device__ inline void unpack4(const vec4_t<T>& v, float (&f)[4]) {
+  if constexpr (is_half_type_v<T>) {
+    const unsigned w[2] = {v.x, v.y};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      f[2 * j] = to_float(from_bits<T>(static_cast<unsigned short>(w[j] & 0xffffu)));
+      f[2 * j + 1] = to_float(from_bits<T>(static_cast<unsigned short>(w[j] >> 16)));
+    }
+  } else {
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+  }
+}
+
+template <typename T>
+__device__ inline vec4_t<T> pack4(const float (&f)[4]) {
+  if constexpr (is_half_type_v<T>) {
+    unsigned w[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      w[j] = static_cast<unsigned>(bits_of(from_float<T>(f[2 * j]))) |
+             (static_cast<unsigned>(bits_of(from_float<T>(f[2 * j + 1]))) << 16);
+    return make_uint2(w[0], w[1]);
+  } else {
+    return make_float4(f[0], f[1], f[2], f[3]);
+  }
 }
 
 // ---- dtype -> element type, on the host ----

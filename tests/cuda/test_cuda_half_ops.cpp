@@ -1,7 +1,8 @@
 // bfloat16 and float16 on cuda:0 against the CPU in the same 16-bit dtype. Each side computes a
 // 16-bit op in float32 and rounds each output once (kernels/cuda: natively in the elementwise
-// kernels, through float32 staging elsewhere, kernels/half_staging.h; the CPU likewise), so the
-// two results differ only where the float32 math itself differs between the backends.
+// kernels and the hand-written GEMM, through float32 staging elsewhere, kernels/half_staging.h;
+// the CPU likewise), so the two results differ only where the float32 math itself differs
+// between the backends.
 //
 // Tolerances, each with its reason:
 //   - Exact (bit for bit, NaN compared as is-NaN): where both backends do the same float32 math

@@ -81,6 +81,15 @@ struct alignas(16) int4 {
  private:
   void copy_from(const int4& o) { x = o.x, y = o.y, z = o.z, w = o.w; }
 };
+// The 8-byte word of the GEMM's 16-bit operand loads and output stores (4 bfloat16 / float16 values).
+struct alignas(8) uint2 {
+  unsigned x, y;
+  CUDASIM_VECTOR_COPIES(uint2)
+  constexpr uint2(unsigned vx, unsigned vy) : x(vx), y(vy) {}
+
+ private:
+  void copy_from(const uint2& o) { x = o.x, y = o.y; }
+};
 // The 16-byte word of vectorised 16-bit kernels (8 bfloat16 / float16 values per load or store).
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
@@ -104,5 +113,6 @@ inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return int2{x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 inline constexpr uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }
