@@ -19,6 +19,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "kernels/cuda/gemm_impl.h"
 
 namespace minidl::cuda_test {
 
@@ -74,5 +75,17 @@ inline void check_equal(const Tensor& got, const Tensor& want, const std::string
   else
     CHECK(got.to(Device::cpu()).to_vector<float>() == want.to(Device::cpu()).to_vector<float>());
 }
+
+// Sets the GEMM implementation (hand-written or cuBLAS) for a scope and restores the previous one.
+class GemmImplScope {
+ public:
+  explicit GemmImplScope(GemmImpl impl) : previous_(gemm_impl()) { set_gemm_impl(impl); }
+  ~GemmImplScope() { set_gemm_impl(previous_); }
+  GemmImplScope(const GemmImplScope&) = delete;
+  GemmImplScope& operator=(const GemmImplScope&) = delete;
+
+ private:
+  GemmImpl previous_;
+};
 
 }  // namespace minidl::cuda_test

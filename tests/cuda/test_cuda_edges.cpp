@@ -126,18 +126,6 @@ Tensor apply_binary(BinaryOp op, const Tensor& a, double b) {
 
 const BinaryOp kBinaryOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
 
-// Sets the GEMM implementation for a scope and restores the previous one.
-class GemmImplScope {
- public:
-  explicit GemmImplScope(GemmImpl impl) : previous_(gemm_impl()) { set_gemm_impl(impl); }
-  ~GemmImplScope() { set_gemm_impl(previous_); }
-  GemmImplScope(const GemmImplScope&) = delete;
-  GemmImplScope& operator=(const GemmImplScope&) = delete;
-
- private:
-  GemmImpl previous_;
-};
-
 // Every element of `storage` (a device tensor) outside [first, first + n) still equals `sentinel`.
 void check_untouched(const Tensor& storage, int64_t first, int64_t n, float sentinel, const std::string& what) {
   const std::vector<float> v = storage.to(Device::cpu()).to_vector<float>();

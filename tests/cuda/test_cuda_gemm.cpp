@@ -45,18 +45,6 @@ constexpr double kAbs = 1e-6;  // outputs whose scale is ~0 (products of tiny in
 
 const GemmImpl kImpls[] = {GemmImpl::Native, GemmImpl::Cublas};
 
-// Sets the GEMM implementation for a scope and restores the previous one.
-class GemmImplScope {
- public:
-  explicit GemmImplScope(GemmImpl impl) : previous_(gemm_impl()) { set_gemm_impl(impl); }
-  ~GemmImplScope() { set_gemm_impl(previous_); }
-  GemmImplScope(const GemmImplScope&) = delete;
-  GemmImplScope& operator=(const GemmImplScope&) = delete;
-
- private:
-  GemmImpl previous_;
-};
-
 struct GemmShape {
   int64_t m, n, k;
 };

@@ -52,18 +52,6 @@ namespace {
 constexpr DType kHalves[] = {DType::BFloat16, DType::Float16};
 const GemmImpl kImpls[] = {GemmImpl::Native, GemmImpl::Cublas};
 
-// Sets the GEMM implementation for a scope and restores the previous one.
-class GemmImplScope {
- public:
-  explicit GemmImplScope(GemmImpl impl) : previous_(gemm_impl()) { set_gemm_impl(impl); }
-  ~GemmImplScope() { set_gemm_impl(previous_); }
-  GemmImplScope(const GemmImplScope&) = delete;
-  GemmImplScope& operator=(const GemmImplScope&) = delete;
-
- private:
-  GemmImpl previous_;
-};
-
 struct GemmShape {
   int64_t m, n, k;
 };

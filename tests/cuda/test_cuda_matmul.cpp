@@ -26,17 +26,6 @@ constexpr double kAbs = 1e-6;
 
 const GemmImpl kImpls[] = {GemmImpl::Native, GemmImpl::Cublas};
 
-class GemmImplScope {
- public:
-  explicit GemmImplScope(GemmImpl impl) : previous_(gemm_impl()) { set_gemm_impl(impl); }
-  ~GemmImplScope() { set_gemm_impl(previous_); }
-  GemmImplScope(const GemmImplScope&) = delete;
-  GemmImplScope& operator=(const GemmImplScope&) = delete;
-
- private:
-  GemmImpl previous_;
-};
-
 Tensor abs_of(const Tensor& t) {
   std::vector<float> v = t.to(Device::cpu()).contiguous().to_vector<float>();
   for (float& x : v) x = std::abs(x);
