@@ -254,7 +254,7 @@ class Backend {
   virtual std::unique_ptr<CapturedGraph> end_capture();
   virtual void abort_capture() noexcept {}
   virtual bool capturing() const { return false; }
-  // Caching-allocator statistics and control; the CPU backend keeps no statistics and says so.
+  // Caching-allocator statistics and control (the CPU's: its block caches, core/storage.cpp).
   virtual MemoryStats memory_stats() = 0;
   virtual void empty_cache() = 0;
   virtual void reset_peak_memory_stats() = 0;

@@ -45,7 +45,9 @@ constexpr size_t kAlignment = 64;
 // (what it occupies), `reserved` adds the cached blocks (what the process holds from the system
 // for tensors), `peak` is the largest `allocated` seen. So a training step's tensor peak can be
 // told apart from what the caches add to the resident memory the operating system reports.
-// A few atomic adds per tensor are noise beside the allocation itself.
+// A few atomic adds per tensor are noise beside the allocation itself. The counters are read one
+// by one, so a reader racing other threads' allocations may see `allocated` briefly above
+// `reserved`; they are statistics, not a lock.
 struct Counters {
   std::atomic<int64_t> allocated{0}, reserved{0}, peak{0};
   std::atomic<int64_t> system_allocations{0}, cache_hits{0}, cache_flushes{0};

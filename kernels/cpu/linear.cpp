@@ -37,10 +37,14 @@ OpStrides op_strides(const Tensor& x, bool trans) {
 constexpr int64_t kPanelBytes = int64_t{1} << 20;
 
 // Runs g (its A, B, K, bias and ReLU set) into c, a contiguous [g.m, g.n] of T. float and double
-// are written in place. A 16-bit C goes by panels of `rows` rows: the GEMM writes a panel in
-// float32 and each element is rounded once into C; every panel sees all of K, so C is what one
-// float32 GEMM rounded at the end gives, bit for bit. Rows are a multiple of 64 (the M blocks of
-// the GEMM stay whole) unless C has fewer.
+// are written in place. A 16-bit C goes by panels of whole rows: the GEMM writes a panel in
+// float32 and each element is rounded once into C. Every panel sees all of K, and the panels
+// are of equal size (give or take a row), at least 32 rows once C needs more than one, so
+// each is large enough for the blocked path whenever C as a whole is (gemm: more than 32³
+// products; a panel has at least 2^17 / n · n · k of them). So C is what one float32 GEMM
+// rounded at the end gives, bit for bit. A panel holds about kPanelBytes, and at least 64 rows
+// of C before balancing: a C wider than 4096 columns takes more. B is packed again for each
+// panel: K · N values against the panel's rows · N · K multiply-adds.
 template <typename T>
 void gemm_into(GemmArgs<compute_t<T>, T> g, T* c) {
   g.ldc = g.n;
@@ -49,7 +53,9 @@ void gemm_into(GemmArgs<compute_t<T>, T> g, T* c) {
     gemm(g);
   } else {
     const int64_t fit = kPanelBytes / static_cast<int64_t>(sizeof(float) * std::max<int64_t>(g.n, 1));
-    const int64_t rows = std::min(g.m, std::max<int64_t>(64, fit / 64 * 64));
+    const int64_t most = std::max<int64_t>(64, fit / 64 * 64);  // rows a panel may hold
+    const int64_t panels = std::max<int64_t>(1, (g.m + most - 1) / most);
+    const int64_t rows = (g.m + panels - 1) / panels;  // balanced: no small last panel
     const Tensor panel = empty(Shape{rows, g.n}, TensorOptions(DType::Float32, Device::cpu()));
     for (int64_t r0 = 0; r0 < g.m; r0 += rows) {
       GemmArgs<float, T> p = g;

@@ -101,7 +101,9 @@ void run_gemm(CudaBackend& be, const GemmProblem& p) {
     bias_activation(p.dtype, p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/false, be.stream());
     return;
   }
-  if (gemm_impl() == GemmImpl::Cublas) {
+  // A 16-bit problem is here only when its caller did not stage it for cuBLAS, so it runs on the
+  // native kernel even if another thread has switched gemm_impl() since that caller asked.
+  if (gemm_impl() == GemmImpl::Cublas && p.dtype == DType::Float32) {
     cublas_sgemm(p, be.cublas(), be.stream());
     return;
   }

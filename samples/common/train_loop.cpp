@@ -197,10 +197,12 @@ LoopResult TrainLoop::run() {
   if (o.print_speed && result.run_here > 0) {
     constexpr double kMiB = 1024.0 * 1024.0;
     char buf[224];
-    int len = std::snprintf(buf, sizeof buf, "%lld iterations in %.1f s, %.2f ms/iter, peak resident memory %.1f MiB",
-                            static_cast<long long>(result.run_here), result.seconds, result.ms_per_step(),
-                            static_cast<double>(peak_resident_bytes()) / kMiB);
-    if (o.device)  // the tensors' own peak, from the device's allocator: without what its caches hold
+    const int len = std::snprintf(buf, sizeof buf,
+                                  "%lld iterations in %.1f s, %.2f ms/iter, peak resident memory %.1f MiB",
+                                  static_cast<long long>(result.run_here), result.seconds, result.ms_per_step(),
+                                  static_cast<double>(peak_resident_bytes()) / kMiB);
+    // The tensors' own peak, from the device's allocator: without what its caches hold.
+    if (o.device && len > 0 && static_cast<size_t>(len) < sizeof buf)
       std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", peak in tensors %.1f MiB on %s",
                     static_cast<double>(memory_stats(*o.device).peak_allocated_bytes) / kMiB, o.device->str().c_str());
     progress_.print(buf);

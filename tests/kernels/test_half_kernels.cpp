@@ -168,8 +168,13 @@ TEST_CASE("16-bit matmul, batched matmul and linear: float32 products, rounded o
              [](const auto& t) { return ops::linear(t[0], t[1].t(), t[2]); }, 48, g);
     check_product_op(half, {representable({40, 70}, half, g), representable({31, 70}, half, g), representable({31}, half, g)},
              [](const auto& t) { return ops::linear(t[0], t[1], t[2], /*relu=*/true); }, 70, g);
+    // 2561 x 100 with K = 301 (odd, past one K block): 2560 rows fit a panel, so C takes two
+    // panels of 1281 and 1280 rows, not 2560 and 1: a panel of one row would run the small-problem
+    // loop, which sums K in another order than the float32 product of the whole C.
+    check_product_op(half, {representable({2561, 301}, half, g), representable({301, 100}, half, g)},
+             [](const auto& t) { return ops::matmul(t[0], t[1]); }, 301, g);
     // C of 1100 columns: the float32 buffer holds 192 rows at a time (kernels/cpu/linear.cpp), so
-    // 450 rows are two whole panels and a last one of 66; each must land on its own rows.
+    // 450 rows go in three panels of 150; each must land on its own rows.
     check_product_op(half, {representable({450, 9}, half, g), representable({9, 1100}, half, g)},
              [](const auto& t) { return ops::matmul(t[0], t[1]); }, 9, g);
     check_product_op(half, {representable({450, 9}, half, g), representable({1100, 9}, half, g), representable({1100}, half, g)},
