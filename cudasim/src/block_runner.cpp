@@ -126,12 +126,15 @@ struct SimThread {
   FiberStack* stack = nullptr;
   void* fake_stack = nullptr;  // AddressSanitizer's fake stack of this fiber while switched out
   uint64_t result = 0;         // what the last barrier or warp collective gave this thread
+  AsyncCopies async;           // its cp.async copies not yet waited for (warp_matrix.cpp)
 };
 
 struct WarpState {
   WarpOp op = WarpOp::SyncWarp;
   unsigned mask = 0, arrived = 0;
   int width = 32;
+  WarpExchangeFn exchange = nullptr;  // WarpOp::Exchange: the instruction's model, and its name
+  const char* exchange_name = nullptr;
   uint64_t values[32] = {};
   int args[32] = {};
 };
@@ -284,8 +287,13 @@ const char* op_name(WarpOp op) {
     case WarpOp::Any: return "__any_sync";
     case WarpOp::All: return "__all_sync";
     case WarpOp::SyncWarp: return "__syncwarp";
+    case WarpOp::Exchange: return "a warp-level matrix instruction";
   }
   return "?";
+}
+
+std::string op_name(const WarpState& w) {
+  return w.op == WarpOp::Exchange && w.exchange_name != nullptr ? w.exchange_name : op_name(w.op);
 }
 
 std::string hex(unsigned v) {
@@ -298,6 +306,12 @@ std::string hex(unsigned v) {
 void complete_warp(Block& b, int warp, SimThread& self) {
   WarpState& w = b.warps[static_cast<size_t>(warp)];
   std::vector<SimThread>& threads = *b.threads;
+  if (w.op == WarpOp::Exchange) {  // the instruction's model reads and writes every lane's operands
+    void* lanes[32] = {};
+    for (int l = 0; l < 32; ++l)
+      if (((w.mask >> l) & 1u) != 0) lanes[l] = from_bits<void*>(w.values[l]);
+    w.exchange(lanes, w.mask);
+  }
   unsigned votes = 0;
   for (int l = 0; l < 32; ++l)
     if (((w.mask >> l) & 1u) != 0 && w.values[l] != 0) votes |= 1u << l;
@@ -324,6 +338,7 @@ void complete_warp(Block& b, int warp, SimThread& self) {
       case WarpOp::Any: t.result = votes != 0 ? 1 : 0; break;
       case WarpOp::All: t.result = votes == w.mask ? 1 : 0; break;
       case WarpOp::SyncWarp: t.result = 0; break;
+      case WarpOp::Exchange: t.result = 0; break;
       default: t.result = w.values[src]; break;
     }
     t.state = State::Ready;
@@ -339,7 +354,7 @@ void check_pending_warp(Block& b, const SimThread& t, const char* why) {
   const WarpState& w = b.warps[static_cast<size_t>(warp)];
   if (w.arrived != 0 && ((w.mask >> lane) & 1u) != 0 && ((w.arrived >> lane) & 1u) == 0) {
     std::ostringstream os;
-    os << op_name(w.op) << " with mask " << hex(w.mask) << " waits for lane " << lane << ", which " << why;
+    os << op_name(w) << " with mask " << hex(w.mask) << " waits for lane " << lane << ", which " << why;
     if (!b.faulted) {
       b.faulted = true;
       b.fault = DeviceFault{cudaErrorLaunchFailure, os.str() + " (" + where(b, &t) + ")"};
@@ -427,7 +442,7 @@ std::string describe_deadlock(const Block& b) {
   for (size_t w = 0; w < b.warps.size(); ++w) {
     const WarpState& ws = b.warps[w];
     if (ws.arrived == 0) continue;
-    os << "; warp " << w << " waits in " << op_name(ws.op) << " with mask " << hex(ws.mask) << " for lanes "
+    os << "; warp " << w << " waits in " << op_name(ws) << " with mask " << hex(ws.mask) << " for lanes "
        << hex(ws.mask & ~ws.arrived);
   }
   os << " — a barrier or warp collective that some thread never reaches";
@@ -597,38 +612,45 @@ void misaligned_vector_access(const void* address, unsigned alignment, bool stor
   device_trap(cudaErrorMisalignedAddress, what);
 }
 
-uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t bits, int arg, int width) {
+namespace {
+
+// A warp collective of any kind; `exchange` and `name` only for WarpOp::Exchange.
+uint64_t collective(WarpOp op, unsigned mask, uint64_t bits, int arg, int width, WarpExchangeFn exchange,
+                    const char* name) {
   sanitizer::IgnoreAccesses ignored;
-  SimThread& t = current_thread(op_name(op));
+  const char* const what = op == WarpOp::Exchange ? name : op_name(op);
+  SimThread& t = current_thread(what);
   Block& b = *t.block;
   const int lane = t.linear % 32, warp = t.linear / 32;
   WarpState& w = b.warps[static_cast<size_t>(warp)];
   if (((mask >> lane) & 1u) == 0)
     fault_here(t, cudaErrorLaunchFailure,
-               std::string(op_name(op)) + ": lane " + std::to_string(lane) + " passes mask " + hex(mask) +
+               std::string(what) + ": lane " + std::to_string(lane) + " passes mask " + hex(mask) +
                    ", which does not name the lane itself");
   if (width < 1 || width > 32 || (width & (width - 1)) != 0)
-    fault_here(t, cudaErrorLaunchFailure, std::string(op_name(op)) + ": width " + std::to_string(width) +
+    fault_here(t, cudaErrorLaunchFailure, std::string(what) + ": width " + std::to_string(width) +
                                               " is not a power of two in [1, 32]");
   for (int l = 0; l < 32; ++l) {
     if (((mask >> l) & 1u) == 0) continue;
     const int other = warp * 32 + l;
     if (other >= b.count)
       fault_here(t, cudaErrorLaunchFailure,
-                 std::string(op_name(op)) + ": mask " + hex(mask) + " names lane " + std::to_string(l) +
+                 std::string(what) + ": mask " + hex(mask) + " names lane " + std::to_string(l) +
                      ", which this block of " + std::to_string(b.count) + " threads does not have");
     if ((*b.threads)[static_cast<size_t>(other)].state == State::Exited)
-      fault_here(t, cudaErrorLaunchFailure, std::string(op_name(op)) + ": mask " + hex(mask) + " names lane " +
+      fault_here(t, cudaErrorLaunchFailure, std::string(what) + ": mask " + hex(mask) + " names lane " +
                                                 std::to_string(l) + ", which has exited");
   }
   if (w.arrived == 0) {
     w.op = op;
     w.mask = mask;
     w.width = width;
-  } else if (w.op != op || w.mask != mask || w.width != width) {
+    w.exchange = exchange;
+    w.exchange_name = name;
+  } else if (w.op != op || w.mask != mask || w.width != width || w.exchange != exchange) {
     fault_here(t, cudaErrorLaunchFailure,
-               std::string("lanes of warp ") + std::to_string(warp) + " disagree: some wait in " + op_name(w.op) +
-                   " with mask " + hex(w.mask) + ", this one calls " + op_name(op) + " with mask " + hex(mask));
+               std::string("lanes of warp ") + std::to_string(warp) + " disagree: some wait in " + op_name(w) +
+                   " with mask " + hex(w.mask) + ", this one calls " + what + " with mask " + hex(mask));
   }
   w.values[lane] = bits;
   w.args[lane] = arg;
@@ -645,6 +667,18 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t bits, int arg, int w
   if (orders_memory) sanitizer::acquire(&w);
   return t.result;
 }
+
+}  // namespace
+
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t bits, int arg, int width) {
+  return collective(op, mask, bits, arg, width, nullptr, nullptr);
+}
+
+void warp_exchange(const char* name, unsigned mask, void* lane_operands, WarpExchangeFn model) {
+  (void)collective(WarpOp::Exchange, mask, to_bits(lane_operands), 0, 32, model, name);
+}
+
+AsyncCopies& current_async_copies(const char* what) { return current_thread(what).async; }
 
 }  // namespace cudasim
 

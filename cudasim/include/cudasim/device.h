@@ -48,8 +48,17 @@ extern thread_local const ThreadIndices* tl_current;
 
 // Warp collectives, evaluated over the lanes of `mask` once all of them have arrived. Values
 // travel as their bits (at most 8 bytes).
-enum class WarpOp : int { ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, SyncWarp };
+enum class WarpOp : int { ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, SyncWarp, Exchange };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t bits, int arg, int width);
+
+// A warp collective whose operands are more than a value each: every lane of `mask` passes a
+// pointer to its own operands (which stay put while it waits); when the last one arrives,
+// `model(lanes, mask)` runs once, reads every lane's inputs through lanes[l] and writes every
+// lane's outputs there, as the warp's lanes would see them after the instruction in lock-step.
+// The warp-level matrix instructions (cudasim/warp_matrix.h) are built on it. `name` is the
+// instruction, for the faults (lanes that disagree, a lane that exits or never arrives).
+using WarpExchangeFn = void (*)(void* const* lanes, unsigned mask);
+void warp_exchange(const char* name, unsigned mask, void* lane_operands, WarpExchangeFn model);
 
 // Stops the calling simulated thread with a device fault (the launch fails with `code` and the
 // message goes to stderr). For device-side checks such as an assert.
