@@ -1,6 +1,9 @@
 // bench_gemm (bench/gemm.cpp): GFLOP/s of minidl's CPU GEMM (Backend::matmul, float32, row-major C = A·B) on
 // square shapes and the Fashion-MNIST MLP's shapes at batch 128, beside OpenBLAS's cblas_sgemm
 // on the same data in the same run when it was found at configure time (MINIDL_HAVE_OPENBLAS).
+// --kernel NAME[,NAME...] (CUDA builds) runs the CUDA GEMM ladder instead (bench/gemm_cuda.cu,
+// docs/gemm-ladder.md): simt, mma, mma_ldmatrix, mma_pipeline or all, on bf16 squares of --sizes,
+// beside cuBLAS's bf16 GEMM and a register-only mma.sync ceiling measured in the same run.
 // --half adds the same products with bfloat16 and float16 A, B and C (float32 accumulation;
 // bfloat16 through the AVX512_BF16 dot-product micro-kernel where the CPU has it) and their
 // speed relative to float32.
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -24,6 +28,10 @@
 #include "core/backend.h"
 #include "core/host_parallel.h"
 #include "core/tensor.h"
+
+#ifdef MINIDL_BENCH_CUDA
+#include "bench/gemm_cuda.h"
+#endif
 
 #ifdef MINIDL_HAVE_OPENBLAS
 #include <cblas.h>
@@ -105,7 +113,29 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random inputs");
   bool half = false;
   app.add_flag("--half", half, "also time bfloat16 and float16 operands (minidl only)");
+  std::vector<std::string> kernels;
+  std::vector<int64_t> sizes = {4096, 8192};
+  int runs = 20;
+  app.add_option("--kernel", kernels, "CUDA GEMM ladder: simt, mma, mma_ldmatrix, mma_pipeline, all (CUDA builds)")
+      ->delimiter(',');
+  app.add_option("--sizes", sizes, "square sizes of the CUDA ladder")->delimiter(',');
+  app.add_option("--runs", runs, "timed calls per CUDA ladder case; the median is reported")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (!kernels.empty()) {
+#ifdef MINIDL_BENCH_CUDA
+    if (std::find(kernels.begin(), kernels.end(), "all") != kernels.end())
+      kernels = {"simt", "mma", "mma_ldmatrix", "mma_pipeline"};
+    try {
+      return minidl::bench::run_cuda_gemm_ladder(kernels, sizes, runs);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+      return 1;
+    }
+#else
+    std::fprintf(stderr, "bench_gemm: --kernel runs the CUDA GEMM ladder; this build has no CUDA (nvcc) backend\n");
+    return 2;
+#endif
+  }
 
   const std::vector<GemmCase> cases = {
       {256, 256, 256, "square"},

@@ -33,7 +33,7 @@
 #include "core/profiler.h"
 #include "core/tensor.h"
 #include "data/data.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "samples/common/seed_model.h"

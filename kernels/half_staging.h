@@ -15,7 +15,7 @@
 // copy of each 16-bit operand for the length of one call. The hot ops read 16 bits directly
 // instead: on the CPU the GEMM converts while it packs (gemm.cpp) and the elementwise kernels
 // convert per element; on CUDA the elementwise kernels (arithmetic, ReLU, GELU, dropout) convert
-// per element, and the hand-written GEMM of matmul and linear, forward and backward (gemm.cu,
+// per element, and the hand-written GEMM of matmul and linear, forward and backward (simt_gemm.cu,
 // linear.cu), widens its operands as it loads them and rounds C as it stores it. CUDA's cuBLAS
 // GEMM path (gemm_impl() == GemmImpl::Cublas) stages, since it calls cublasSgemm.
 //

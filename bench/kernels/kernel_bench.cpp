@@ -2,7 +2,7 @@
 //   gemm      linear forward (x·Wᵀ + b) and the backward products dX = dY·W and dW = dYᵀ·X at
 //             4096³, 8192³ and the Fashion-MNIST MLP's layers (784→256→128→10) at batch 128 and
 //             4096: the native kernels' TFLOP/s beside cuBLAS's (minidl::set_gemm_impl) and the ratio.
-//   gemm_plan the native kernel on plans given outright (kernels/cuda/gemm.h, native_sgemm_with_plan)
+//   gemm_plan the native kernel on plans given outright (kernels/cuda/gemm/gemm.h, native_sgemm_with_plan)
 //             for the weight gradients at batch 4096 (tall thin: K = 4096) and the 4096³ forward:
 //             each tile in a range of K slice counts, beside the cuBLAS time of the same product,
 //             the heuristic's own plan marked, so that a device where another plan wins shows it
@@ -48,8 +48,8 @@
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 
 namespace {
 

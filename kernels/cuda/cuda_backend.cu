@@ -75,6 +75,8 @@ DeviceGuard::~DeviceGuard() {
 CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   DeviceGuard guard(device_);
   MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_));
+  MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor_, cudaDevAttrComputeCapabilityMinor, device_));
   // Non-blocking: the legacy default stream (used by libraries we do not control) does not
   // serialise against it.
   MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

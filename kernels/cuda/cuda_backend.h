@@ -11,8 +11,8 @@
 //   random.cu        uniform / normal / randint from the Philox counters of core/philox.h
 //   elementwise.cu   binary ops with broadcasting, ReLU forward/backward, equal
 //   reduce.cu        sum over a dim (fixed order, no atomics), argmax of rows
-//   gemm.cu          the hand-written tiled SGEMM with fused bias / ReLU epilogue
-//   cublas_gemm.cu   the same products through cuBLAS (the baseline)
+//   gemm/            the GEMM family: the plan (which kernel, which tile), the SIMT kernel
+//                    (simt_gemm.cu), the tensor-core kernels, cuBLAS as the baseline
 //   linear.cu        matmul, linear forward/backward: picks native or cuBLAS (gemm_impl.h)
 //   softmax.cu       log_softmax / softmax forward and backward, on the row engine (row_engine.cuh)
 //   cross_entropy.cu softmax-cross-entropy (forward, backward, fused) and the target check
@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas();  // created on first use, bound to stream()
   int multiprocessor_count() const { return sm_count_; }
+  int compute_capability_major() const { return cc_major_; }  // 9 on Hopper: picks the GEMM kernel (gemm_plan.h)
+  int compute_capability_minor() const { return cc_minor_; }
   CachingAllocator& caching_allocator() { return *allocator_; }
 
   Allocator& allocator() override { return *allocator_; }
@@ -160,12 +162,12 @@ class CudaBackend final : public Backend {
   void embedding_forward(const Tensor& indices, const Tensor& weight, Tensor& out) override;
   void embedding_backward(const Tensor& dy, const Tensor& indices, Tensor& dweight) override;
 
-  // ---- batched matrix products and masks (linear.cu and gemm.cu, mask.cu) ----
+  // ---- batched matrix products and masks (linear.cu and gemm/, mask.cu) ----
   void matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, const BatchedMatmul& p) override;
   void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) override;
   void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) override;
 
-  // ---- attention (attention.cu) ----
+  // ---- attention (attention/attention.cu) ----
   int64_t attention_max_head_size() const override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                          double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) override;
@@ -187,6 +189,7 @@ class CudaBackend final : public Backend {
  private:
   int device_;
   int sm_count_ = 0;
+  int cc_major_ = 0, cc_minor_ = 0;
   cudaStream_t stream_ = nullptr;
   std::once_flag cublas_once_;
   cublasHandle_t cublas_ = nullptr;

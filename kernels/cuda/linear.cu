@@ -1,5 +1,5 @@
 // matmul and linear forward/backward of the CUDA backend: every product is one GemmProblem
-// (gemm.h) run by the hand-written kernel (gemm.cu, with a workspace when it splits K) or by
+// (gemm.h) run by the hand-written kernel (simt_gemm.cu, with a workspace when it splits K) or by
 // cuBLAS (cublas_gemm.cu), as minidl::gemm_impl() (gemm_impl.h) says at the time of the call.
 // Transposes are flags, never copies.
 //
@@ -11,7 +11,7 @@
 //
 //   matmul:   C[M, N] = op(A) · op(B)
 //   batched:  C[i] = op(A[i]) · op(B[i]) for i < batch, operands at batch strides (0: broadcast),
-//             one launch of the batch (gemm.cu: grid.z) or cuBLAS's strided-batched GEMM
+//             one launch of the batch (simt_gemm.cu: grid.z) or cuBLAS's strided-batched GEMM
 //   forward:  y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M])   — B = W read transposed, bias/ReLU fused
 //   backward: dx[N, K] = dy[N, M] · W[M, K]               — both as stored
 //             dW[M, K] = dy[N, M]ᵀ · x[N, K]              — A = dy read transposed
@@ -30,8 +30,8 @@
 #include "kernels/half_staging.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -105,6 +105,13 @@ void run_gemm(CudaBackend& be, const GemmProblem& p) {
   // native kernel even if another thread has switched gemm_impl() since that caller asked.
   if (gemm_impl() == GemmImpl::Cublas && p.dtype == DType::Float32) {
     cublas_sgemm(p, be.cublas(), be.stream());
+    return;
+  }
+  const GemmKernelChoice choice = choose_gemm_kernel(p.dtype, be.compute_capability_major(),
+                                                     be.compute_capability_minor(), p.batch, p.m, p.n,
+                                                     be.multiprocessor_count());
+  if (gemm_impl() == GemmImpl::Native && choice.kernel != GemmKernel::Simt) {  // 16-bit on tensor cores
+    mma_gemm(p, choice.kernel, choice.mma_tile, be.stream());
     return;
   }
   // A split-K plan needs room for its partial products; freed on return and reusable at once,

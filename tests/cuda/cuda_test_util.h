@@ -19,7 +19,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 
 namespace minidl::cuda_test {
 

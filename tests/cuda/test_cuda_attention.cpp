@@ -1,4 +1,4 @@
-// kernels/cuda/attention.cu through ops::scaled_dot_product_attention, against the CPU kernels in
+// kernels/cuda/attention/attention.cu through ops::scaled_dot_product_attention, against the CPU kernels in
 // float64 from the same float32 inputs: out, dq, dk and dv for query counts that cut the
 // 16-row query tiles and 32-key tiles unevenly, L > S and L < S, head sizes 1, 64 and 128 (and
 // E != Ev), one head, causal and not; strided head views; dropout masks identical to the CPU's;

@@ -12,7 +12,7 @@
 //   - outputs and inputs 1-3 floats past 16-byte alignment through the float4 map kernel
 //     (elementwise.cu: scalar head, vector body, scalar tail) and non-contiguous views through the
 //     strided kernels and copies (memory.cu), int64 words included;
-//   - GEMMs (gemm.cu, linear.cu, cublas_gemm.cu) with M, N or K of 1, split K reached through the op
+//   - GEMMs (simt_gemm.cu, linear.cu, cublas_gemm.cu) with M, N or K of 1, split K reached through the op
 //     layer, transposed and offset operands, bias/ReLU epilogues; and the native kernel, every tile,
 //     with leading dimensions wider than its matrices (padding filled with NaN, never to be read);
 //   - max-pool ties and NaN (pool.cu), batch norm with one channel, 257 channels and two values per
@@ -32,9 +32,9 @@
 
 #include "core/backend.h"
 #include "core/error.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemm_impl.h"
-#include "kernels/cuda/gemm_plan.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm_plan.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;

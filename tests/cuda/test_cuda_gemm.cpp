@@ -1,4 +1,4 @@
-// The CUDA GEMM family (kernels/cuda/gemm.cu, cublas_gemm.cu, linear.cu) against the CPU
+// The CUDA GEMM family (kernels/cuda/gemm/simt_gemm.cu, cublas_gemm.cu, linear.cu) against the CPU
 // backend on fresh random inputs, for the hand-written kernel and for cuBLAS (set_gemm_impl):
 // matmul in every transpose variant, linear forward with and without bias and ReLU, linear
 // backward (dx, dW, db, each skippable), empty inner dimensions, misaligned operands (the
@@ -32,8 +32,8 @@
 
 #include "core/backend.h"
 #include "core/error.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
@@ -51,7 +51,7 @@ struct GemmShape {
 // Tile-unfriendly shapes, the MLP's (batch 128, 784-256-128-10), K not a multiple of any BK, and
 // two big enough that the native kernel takes its medium (600x900: 150 tiles of 64) and large
 // (1537x1400: 143 tiles of 128) configurations on a 132-SM H200; the rest take the small tile,
-// and 1000x1x999, 257x31x1000 and 128x256x784 also split K (5, 7 and 5 slices, gemm.cu). Two
+// and 1000x1x999, 257x31x1000 and 128x256x784 also split K (5, 7 and 5 slices, simt_gemm.cu). Two
 // tall thin ones split K over a larger tile: 300x500x3000 (12 large tiles x 21 slices of 144)
 // and 130x260x2000 (15 medium tiles x 14 slices of 144).
 // kPlansOn132 states each shape's plan; the first test case below holds the heuristic to it.
@@ -89,7 +89,7 @@ int device_sm_count() {
   return sms;
 }
 
-// The path a plan takes through gemm.cu: its tile, and whether it splits K.
+// The path a plan takes through simt_gemm.cu: its tile, and whether it splits K.
 std::string path_of(const cuda::NativeGemmPlan& p) {
   return std::string(cuda::gemm_tile_name(p.tile)) + (p.splits > 1 ? " split K" : "");
 }
@@ -428,7 +428,7 @@ const ForcedPlan kForcedPlans[] = {{{130, 260, 41}, 1, {kLarge, 1}},       {{130
                                    {{33, 70, 520}, 64, {kSmall, 4}},       {{130, 100, 1001}, 8, {kLarge, 7}},
                                    {{100, 100, 900}, 16, {kMedium, 7}}};
 
-// Runs C = act(op(A)·op(B) + bias) for `s` on the native kernel directly (kernels/cuda/gemm.h) in
+// Runs C = act(op(A)·op(B) + bias) for `s` on the native kernel directly (kernels/cuda/gemm/gemm.h) in
 // every transpose variant, on the legacy default stream after the backend's stream is
 // synchronised, and compares it with the CPU. With heuristic_sms > 0 through native_sgemm told
 // that many multiprocessors (whose plan the caller has checked is `plan`), else through

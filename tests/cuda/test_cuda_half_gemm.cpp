@@ -1,5 +1,6 @@
-// The CUDA GEMM family on bfloat16 and float16 tensors (kernels/cuda/gemm.cu, linear.cu): the
-// hand-written kernel reads and writes 16-bit elements itself, in every tile plan and split K, in
+// The SIMT GEMM on bfloat16 and float16 tensors (kernels/cuda/gemm/simt_gemm.cu, linear.cu, with
+// MINIDL_GEMM=simt: the tensor-core kernel, which the backend picks for 16-bit products on sm_80
+// and later, has tests/cuda/test_cuda_mma_gemm.cpp): the kernel reads and writes 16-bit elements itself, in every tile plan and split K, in
 // every transpose variant, on odd sizes (the scalar load and store paths), on views whose start
 // refuses the 8-byte vector path or allows only it (8- but not 16-byte aligned), with the fused
 // bias + ReLU, batched, and in linear forward and backward (dx, dW, db); the cuBLAS path, which
@@ -41,8 +42,8 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
@@ -50,7 +51,9 @@ using namespace minidl::cuda_test;
 namespace {
 
 constexpr DType kHalves[] = {DType::BFloat16, DType::Float16};
-const GemmImpl kImpls[] = {GemmImpl::Native, GemmImpl::Cublas};
+// The SIMT kernel for 16-bit products too (MINIDL_GEMM=simt; the default on sm_80 and later is
+// the tensor-core kernel, tests/cuda/test_cuda_mma_gemm.cpp), and the cuBLAS path.
+const GemmImpl kImpls[] = {GemmImpl::Simt, GemmImpl::Cublas};
 
 struct GemmShape {
   int64_t m, n, k;
@@ -196,7 +199,7 @@ cuda::GemmProblem problem(const GemmShape& s, bool ta, bool tb, const Tensor& a,
   return p;
 }
 
-// Runs p on `plan` directly (kernels/cuda/gemm.h) on the legacy default stream, after the
+// Runs p on `plan` directly (kernels/cuda/gemm/gemm.h) on the legacy default stream, after the
 // backend's stream (which wrote the inputs), and waits for it. A split-K workspace starts as NaN
 // for each run, so a partial product a slice fails to write cannot pass for an earlier run's.
 void run_on_plan(const cuda::GemmProblem& p, const cuda::NativeGemmPlan& plan) {
@@ -270,7 +273,7 @@ TEST_CASE("16-bit cuda matmul of odd sizes in every transpose variant matches fl
   // M, N, K in {1, 7, 33, 130}: leading dimensions that are not multiples of 4 take the scalar
   // paths, 130 the vector ones with partial tiles; the native kernel on the plan this device's
   // heuristic picks.
-  GemmImplScope scope(GemmImpl::Native);
+  GemmImplScope scope(GemmImpl::Simt);
   Backend& gpu = backend_for(kGpu);
   uint64_t seed = 9300;
   const int64_t sizes[] = {1, 7, 33, 130};

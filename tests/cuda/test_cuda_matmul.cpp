@@ -1,4 +1,4 @@
-// Batched matmul on the CUDA backend (kernels/cuda/gemm.cu's grid.z batches, cuBLAS's
+// Batched matmul on the CUDA backend (kernels/cuda/gemm/simt_gemm.cu's grid.z batches, cuBLAS's
 // strided-batched GEMM) through ops::matmul, against the CPU on the same float32 inputs, for the
 // native kernel and for cuBLAS: M, N, K that are not multiples of any tile, batch 1 and several,
 // broadcast batch dims, transposed and narrowed views (read in place, without a copy: the
@@ -14,7 +14,7 @@
 
 #include "core/backend.h"
 #include "core/memory.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;

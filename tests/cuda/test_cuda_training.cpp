@@ -4,7 +4,7 @@
 
 #include "core/backend.h"
 #include "data/data.h"
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "samples/common/seed_model.h"

@@ -94,12 +94,12 @@ TEST_CASE("the launch scanner flags <<< outside launch_kernel and accepts MINIDL
   CHECK(stray_launches("d.cu", helper) == std::vector<std::string>{"d.cu:4"});  // the exemption is launch.cuh's only
 }
 
-TEST_CASE("every kernel launch in kernels/cuda goes through MINIDL_LAUNCH", "[kernels][cuda-source]") {
+TEST_CASE("every kernel launch under kernels/cuda goes through MINIDL_LAUNCH", "[kernels][cuda-source]") {
   const fs::path dir = fs::path(MINIDL_SOURCE_DIR) / "kernels" / "cuda";
   REQUIRE(fs::is_directory(dir));
   int files = 0, launches = 0, helper_launches = 0;
   std::vector<std::string> bad;
-  for (const auto& entry : fs::directory_iterator(dir)) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {  // kernels/cuda and its family folders
     const std::string ext = entry.path().extension().string();
     if (ext != ".cu" && ext != ".cuh" && ext != ".h" && ext != ".cpp") continue;
     std::ifstream in(entry.path());

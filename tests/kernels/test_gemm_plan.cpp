@@ -1,4 +1,4 @@
-// The native CUDA GEMM's plan (kernels/cuda/gemm_plan.h): plain C++, so it is tested here
+// The native CUDA GEMM's plan (kernels/cuda/gemm/gemm_plan.h): plain C++, so it is tested here
 // without a GPU. The plans a 132-SM H200 gets for the products bench_kernels measures (the
 // Fashion-MNIST MLP's layers at batch 128 and 4096, forward and both backward products, and the
 // squares) are stated one by one; every plan of a sweep of shapes and multiprocessor counts is
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cuda/gemm_plan.h"
+#include "kernels/cuda/gemm/gemm_plan.h"
 
 using namespace minidl;
 using namespace minidl::cuda;
@@ -207,4 +207,24 @@ TEST_CASE("a batch of products picks its tile from the blocks of the whole batch
   CHECK(one.tile == single.tile);
   CHECK(one.splits == single.splits);
   CHECK(one.k_split == single.k_split);
+}
+
+TEST_CASE("the GEMM kernel table: 16-bit on sm_80 and later takes the tensor cores, the rest the SIMT kernel",
+          "[kernels][gemm-plan]") {
+  // gemm_plan.h's table, row by row, on a 132-SM H200 (9.0), an A100 (8.0, 108 SMs) and a V100 (7.0).
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    INFO(dtype_name(half));
+    // 32 x 32 tiles of 128 = 1024 >= 132: the large tile.
+    const GemmKernelChoice big = choose_gemm_kernel(half, 9, 0, 1, 4096, 4096, kH200Sms);
+    CHECK(big.kernel == GemmKernel::MmaPipeline);
+    CHECK(big.mma_tile == MmaTile::Large128x128);
+    // 4 x 4 = 16 tiles < 132: the small one; a batch of 9 such products gives 144: the large one.
+    CHECK(choose_gemm_kernel(half, 9, 0, 1, 512, 512, kH200Sms).mma_tile == MmaTile::Small64x64);
+    CHECK(choose_gemm_kernel(half, 9, 0, 9, 512, 512, kH200Sms).mma_tile == MmaTile::Large128x128);
+    CHECK(choose_gemm_kernel(half, 8, 0, 1, 4096, 4096, 108).kernel == GemmKernel::MmaPipeline);
+    CHECK(choose_gemm_kernel(half, 7, 0, 1, 4096, 4096, 80).kernel == GemmKernel::Simt);  // no bf16 mma.sync
+  }
+  CHECK(choose_gemm_kernel(DType::Float32, 9, 0, 1, 4096, 4096, kH200Sms).kernel == GemmKernel::Simt);
+  CHECK(std::string(gemm_kernel_name(GemmKernel::MmaLdmatrix)) == "mma_ldmatrix");
+  CHECK(std::string(mma_tile_name(MmaTile::Small64x64)) == "64x64x32");
 }

@@ -1,13 +1,49 @@
-// How the hand-written SGEMM (gemm.cu) runs a product: which block tile, and into how many K
+// How the hand-written SGEMM (simt_gemm.cu) runs a product: which block tile, and into how many K
 // slices it cuts the product. A pure function of the shape and the device's multiprocessor
 // count, in plain C++ (no CUDA header), built with or without CUDA so that the CPU test suite
-// holds the heuristic to its stated plans (tests/kernels/test_gemm_plan.cpp). gemm.cu states the
+// holds the heuristic to its stated plans (tests/kernels/test_gemm_plan.cpp). simt_gemm.cu states the
 // heuristic and why; the tile sizes below are the one source of the kernel's TileConfig too.
 #pragma once
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace minidl::cuda {
+
+// ---- which kernel: one table ----
+//
+// The CUDA GEMM family (kernels/cuda/gemm/, docs/gemm-ladder.md):
+//   simt          simt_gemm.cu: float32 FMA, register-tiled; any dtype (16-bit widened as read)
+//   mma           mma_gemm.cu: mma.sync tensor cores, fragments by scalar shared loads
+//   mma_ldmatrix  + ldmatrix from swizzled tiles
+//   mma_pipeline  + a 3-stage cp.async pipeline
+// choose_gemm_kernel picks by dtype, compute capability and shape, the first row that matches:
+//   dtype          compute capability   shape                      kernel, tile
+//   bf16 or fp16   >= 8.0               T128 >= P multiprocessors  mma_pipeline, 128x128
+//   bf16 or fp16   >= 8.0               otherwise                  mma_pipeline, 64x64
+//   any            any                  any                        simt (native_gemm_plan)
+// where T128 = batch · tiles of 128x128 in C. The mma rungs need sm_80 (mma.sync with bf16,
+// ldmatrix, cp.async); float32 stays on the SIMT kernel (TF32 would change its results). The
+// tensor-core kernel keeps K whole: a product with few tiles and a long K is latency-bound on
+// it, as on the SIMT kernel without a split (not yet measured on a GPU: a split would be the
+// next row of this table).
+enum class GemmKernel : uint8_t { Simt, Mma, MmaLdmatrix, MmaPipeline };
+constexpr GemmKernel kGemmKernels[] = {GemmKernel::Simt, GemmKernel::Mma, GemmKernel::MmaLdmatrix,
+                                       GemmKernel::MmaPipeline};
+const char* gemm_kernel_name(GemmKernel kernel);  // "simt", "mma", "mma_ldmatrix", "mma_pipeline"
+// The tensor-core kernel's block tiles (mma_gemm.cu); the teaching rungs run on the large one.
+enum class MmaTile : uint8_t { Large128x128, Small64x64 };
+const char* mma_tile_name(MmaTile tile);  // "128x128x32", "64x64x32"
+
+struct GemmKernelChoice {
+  GemmKernel kernel = GemmKernel::Simt;
+  MmaTile mma_tile = MmaTile::Large128x128;  // when kernel is an mma rung
+};
+// Whether a device of compute capability major.minor runs the mma rungs.
+constexpr bool has_mma_sync(int cc_major) { return cc_major >= 8; }
+GemmKernelChoice choose_gemm_kernel(DType dtype, int cc_major, int cc_minor, int64_t batch, int64_t m, int64_t n,
+                                    int sm_count);
 
 // Large128x128K16 is the large tile with a K step of 16 (half the barriers and global-load
 // rounds per K, twice the shared memory and prefetch registers, so its launch bounds promise one

@@ -90,7 +90,7 @@
 //
 // Determinism: every output (or partial) is one thread's sequential sum over k in a fixed order,
 // and the split count depends only on the shape and the device's multiprocessor count.
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm/gemm.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The GEMM problem shared by the two CUDA GEMMs (gemm.cu: hand-written; cublas_gemm.cu:
+// The GEMM problem shared by the two CUDA GEMMs (simt_gemm.cu: hand-written; cublas_gemm.cu:
 // cuBLAS) and their caller (linear.cu): one row-major description with pointers and leading
 // dimensions, so matmul, linear forward and every backward product are the same call with
 // different transpose flags, and no operand is ever copied to transpose it.
@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cuda/gemm_plan.h"
+#include "kernels/cuda/gemm/gemm_plan.h"
 
 namespace minidl::cuda {
 
@@ -47,7 +47,7 @@ struct GemmProblem {
 // arithmetic stays clear of int overflow below this). Checked with a clear error.
 constexpr int64_t kMaxGemmDim = int64_t{1} << 30;
 
-// Hand-written tiled SGEMM (gemm.cu) on the plan native_gemm_plan(m, n, k, sm_count) picks
+// Hand-written tiled SGEMM (simt_gemm.cu) on the plan native_gemm_plan(m, n, k, sm_count) picks
 // (gemm_plan.h), for any of the three dtypes (float32 math, hence the name). Needs m, n, k >= 1,
 // and `workspace` on the same device with that plan's workspace_floats() floats (nullptr when
 // that is 0; float32 whatever the dtype: split-K partials are float32). Queued on `stream`.
@@ -59,6 +59,13 @@ void native_sgemm(const GemmProblem& p, int sm_count, float* workspace, cudaStre
 // the grid of the split-K sum only.
 void native_sgemm_with_plan(const GemmProblem& p, const NativeGemmPlan& plan, int sm_count, float* workspace,
                             cudaStream_t stream);
+
+// The tensor-core GEMM (mma_gemm.cu) on one of its rungs (kernel: Mma, MmaLdmatrix or
+// MmaPipeline; the first two run the large tile whatever `tile` says): C = act(op(A)·op(B) +
+// bias) for bfloat16 or float16 matrices (throws minidl::Error for another dtype), float32
+// accumulation, K whole, batches in grid.z. Needs m, n, k >= 1 and a device of compute
+// capability 8.0 or later. Queued on `stream`.
+void mma_gemm(const GemmProblem& p, GemmKernel kernel, MmaTile tile, cudaStream_t stream);
 
 // The same through cublasSgemm plus an epilogue kernel for bias/ReLU (cublas_gemm.cu).
 // Needs m, n, k >= 1 and dtype float32 (linear.cu stages 16-bit operands through float32 copies

@@ -1,5 +1,5 @@
 // The process-wide GEMM choice of gemm_impl.h: an atomic, read from MINIDL_GEMM on first use.
-#include "kernels/cuda/gemm_impl.h"
+#include "kernels/cuda/gemm/gemm_impl.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -15,8 +15,9 @@ namespace {
 GemmImpl gemm_impl_from_environment() {
   const char* v = std::getenv("MINIDL_GEMM");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "native") == 0) return GemmImpl::Native;
+  if (std::strcmp(v, "simt") == 0) return GemmImpl::Simt;
   if (std::strcmp(v, "cublas") == 0) return GemmImpl::Cublas;
-  throw Error(std::string("MINIDL_GEMM='") + v + "': expected \"native\" or \"cublas\"");
+  throw Error(std::string("MINIDL_GEMM='") + v + "': expected \"native\", \"simt\" or \"cublas\"");
 }
 
 std::atomic<GemmImpl>& gemm_setting() {
@@ -28,6 +29,13 @@ std::atomic<GemmImpl>& gemm_setting() {
 
 GemmImpl gemm_impl() { return gemm_setting().load(std::memory_order_relaxed); }
 void set_gemm_impl(GemmImpl impl) { gemm_setting().store(impl, std::memory_order_relaxed); }
-const char* gemm_impl_name(GemmImpl impl) { return impl == GemmImpl::Native ? "native" : "cublas"; }
+const char* gemm_impl_name(GemmImpl impl) {
+  switch (impl) {
+    case GemmImpl::Native: return "native";
+    case GemmImpl::Simt: return "simt";
+    case GemmImpl::Cublas: return "cublas";
+  }
+  return "?";
+}
 
 }  // namespace minidl

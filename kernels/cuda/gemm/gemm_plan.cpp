@@ -1,6 +1,6 @@
-// The native SGEMM's plan (gemm_plan.h): the heuristic that gemm.cu's header comment states and
+// The native SGEMM's plan (gemm_plan.h): the heuristic that simt_gemm.cu's header comment states and
 // argues ("Plans"), the plan of a given tile and slice count, and the check of a given plan.
-#include "kernels/cuda/gemm_plan.h"
+#include "kernels/cuda/gemm/gemm_plan.h"
 
 #include <algorithm>
 #include <string>
@@ -28,6 +28,28 @@ std::string plan_text(const NativeGemmPlan& p) {
 }
 
 }  // namespace
+
+const char* gemm_kernel_name(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::Simt: return "simt";
+    case GemmKernel::Mma: return "mma";
+    case GemmKernel::MmaLdmatrix: return "mma_ldmatrix";
+    case GemmKernel::MmaPipeline: return "mma_pipeline";
+  }
+  return "?";
+}
+
+const char* mma_tile_name(MmaTile tile) { return tile == MmaTile::Large128x128 ? "128x128x32" : "64x64x32"; }
+
+GemmKernelChoice choose_gemm_kernel(DType dtype, int cc_major, int /*cc_minor*/, int64_t batch, int64_t m, int64_t n,
+                                    int sm_count) {
+  const bool half = dtype == DType::BFloat16 || dtype == DType::Float16;
+  if (half && has_mma_sync(cc_major)) {
+    const int64_t large_tiles = batch * ceil_div(m, 128) * ceil_div(n, 128);
+    return {GemmKernel::MmaPipeline, large_tiles >= sm_count ? MmaTile::Large128x128 : MmaTile::Small64x64};
+  }
+  return {GemmKernel::Simt, MmaTile::Large128x128};
+}
 
 const char* gemm_tile_name(GemmTile tile) {
   switch (tile) {

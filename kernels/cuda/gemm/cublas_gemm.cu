@@ -1,4 +1,4 @@
-// The cuBLAS baseline of the CUDA GEMM: the same row-major problem as gemm.cu (gemm.h,
+// The cuBLAS baseline of the CUDA GEMM: the same row-major problem as simt_gemm.cu (gemm.h,
 // GemmProblem) through cublasSgemm in plain fp32, then bias and ReLU in a small epilogue kernel.
 // float32 operands only: linear.cu gives this path 16-bit products as float32 copies (HalfStaging).
 //
@@ -19,7 +19,7 @@
 // stride ldc, C and bias float32 or 16-bit (half.cuh: widened on load, float32 math, one rounding
 // on store). Blocks of 32×8 threads: x runs along a row (coalesced), y over rows; both loops
 // grid-stride so any m, n fit the grid limits.
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm/gemm.h"
 
 #include <algorithm>
 #include <climits>
