@@ -140,24 +140,32 @@ Operands make_operands(const Case& c, uint64_t seed) {
   return o;
 }
 
+// C[m, n] = op(A)·op(B), row-major with the given leading dimensions; no bias, no batch.
+cuda::GemmProblem problem_of(DType dtype, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, bool ta,
+                             const void* b, int64_t ldb, bool tb, void* c, int64_t ldc) {
+  cuda::GemmProblem p;
+  p.dtype = dtype;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a;
+  p.lda = lda;
+  p.trans_a = ta;
+  p.b = b;
+  p.ldb = ldb;
+  p.trans_b = tb;
+  p.c = c;
+  p.ldc = ldc;
+  return p;
+}
+
 // Runs the case on `rung` into a fresh NaN-filled C and returns C's bits.
 std::vector<uint16_t> run(const Case& c, Operands& o, const Rung& rung) {
   const Shape3& s = c.s;
   Tensor cs = full({c.offset + (s.m - 1) * o.ldc + s.n}, std::numeric_limits<double>::quiet_NaN(),
                    TensorOptions(c.half, kGpu));
-  cuda::GemmProblem p;
-  p.dtype = c.half;
-  p.m = s.m;
-  p.n = s.n;
-  p.k = s.k;
-  p.a = o.a.data();
-  p.lda = o.a.ld;
-  p.trans_a = c.ta;
-  p.b = o.b.data();
-  p.ldb = o.b.ld;
-  p.trans_b = c.tb;
-  p.c = static_cast<char*>(cs.raw_data()) + c.offset * 2;
-  p.ldc = o.ldc;
+  cuda::GemmProblem p = problem_of(c.half, s.m, s.n, s.k, o.a.data(), o.a.ld, c.ta, o.b.data(), o.b.ld, c.tb,
+                                   static_cast<char*>(cs.raw_data()) + c.offset * 2, o.ldc);
   p.bias = c.epilogue ? o.bias.data() : nullptr;
   p.relu = c.epilogue;
   backend_for(kGpu).synchronize();
@@ -239,17 +247,7 @@ TEST_CASE("tensor-core GEMM: a strided batch, one B for all products", "[cuda][g
     const Tensor a = random_cpu({batch, m, k}, 12500).to(half), b = random_cpu({k, n}, 12501).to(half);
     Tensor c = full({batch, m, n}, std::numeric_limits<double>::quiet_NaN(), TensorOptions(half, kGpu));
     const Tensor ag = a.to(kGpu), bg = b.to(kGpu);
-    cuda::GemmProblem p;
-    p.dtype = half;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.a = ag.raw_data();
-    p.lda = k;
-    p.b = bg.raw_data();
-    p.ldb = n;
-    p.c = c.raw_data();
-    p.ldc = n;
+    cuda::GemmProblem p = problem_of(half, m, n, k, ag.raw_data(), k, false, bg.raw_data(), n, false, c.raw_data(), n);
     p.batch = batch;
     p.stride_a = m * k;
     p.stride_b = 0;
@@ -307,18 +305,8 @@ TEST_CASE("16-bit matmul and linear on cuda take the tensor-core kernel and matc
     check_close(wg.grad().to(Device::cpu()).to(DType::Float32), w32.grad(), 1e-4 * m, rtol, what + " dW");
     // The forward's bits are the kernel's: y = x·Wᵀ + b on mma_pipeline (the small tile for 1 tile).
     Tensor direct = full({m, n}, std::numeric_limits<double>::quiet_NaN(), TensorOptions(half, kGpu));
-    cuda::GemmProblem p;
-    p.dtype = half;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.a = xg.raw_data();
-    p.lda = k;
-    p.b = wg.raw_data();
-    p.ldb = k;
-    p.trans_b = true;
-    p.c = direct.raw_data();
-    p.ldc = n;
+    cuda::GemmProblem p =
+        problem_of(half, m, n, k, xg.raw_data(), k, false, wg.raw_data(), k, true, direct.raw_data(), n);
     p.bias = bg.raw_data();
     backend_for(kGpu).synchronize();
     const cuda::GemmKernelChoice choice = cuda::choose_gemm_kernel(half, major, 0, 1, m, n, 1);

@@ -24,16 +24,18 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include "core/half.h"
 #include "kernels/cuda/cuda_check.h"
+#include "device_array.h"
 #include "kernels/cuda/gemm/warp_matrix.cuh"
 
 namespace {
 
 using minidl::cuda::wm::pack_b16;
+using minidl::cuda_test::DeviceArray;
+using minidl::cuda_test::launch;
 
 // ---- the PTX ISA's fragment layouts, as a table: (row, column) of each element a lane holds ----
 
@@ -112,39 +114,6 @@ __global__ void cp_async_kernel(const uint32_t* src, uint32_t* out) {
 
 // ---- host side ----
 
-template <class... Params>
-void launch(void (*kernel)(Params...), unsigned threads, std::type_identity_t<Params>... args) {
-#if defined(__CUDACC__)
-  kernel<<<1, threads>>>(args...);
-#else
-  ::cudasim_launch_at(__FILE__, __LINE__, kernel, dim3(1), dim3(threads), 0, nullptr, args...);
-#endif
-  MINIDL_CUDA_CHECK(cudaGetLastError());
-}
-
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& values) : n_(values.size()) {
-    MINIDL_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
-    MINIDL_CUDA_CHECK(cudaMemcpy(p_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceArray() { (void)cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> read() const {
-    std::vector<T> out(n_);
-    MINIDL_CUDA_CHECK(cudaDeviceSynchronize());
-    MINIDL_CUDA_CHECK(cudaMemcpy(out.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
-
 uint16_t to_bits(bool bf16, float v) {
   return bf16 ? minidl::float_to_bfloat16_bits(v) : minidl::float_to_float16_bits(v);
 }
@@ -180,7 +149,7 @@ void check_mma(uint32_t seed) {
   }
   DeviceArray<uint32_t> da(a), db(b);
   DeviceArray<float> dc(c), dd(std::vector<float>(32 * 4, -1.0f));
-  launch(&mma_kernel<BF16, IN_PLACE>, 32, da.get(), db.get(), dc.get(), dd.get());
+  launch(&mma_kernel<BF16, IN_PLACE>, 1, 32, da.get(), db.get(), dc.get(), dd.get());
   const std::vector<float> d = dd.read();
   int checked = 0;
   for (int lane = 0; lane < 32; ++lane)
@@ -227,8 +196,8 @@ TEST_CASE("warp matrix: ldmatrix x1/x2/x4, plain and .trans, follow the PTX ISA'
   DeviceArray<int> dslots(slot_of);
   for (const bool trans : {false, true}) {
     DeviceArray<uint32_t> dout(std::vector<uint32_t>(32 * 7, 0xdeadbeefu));
-    if (trans) launch(&ldmatrix_kernel<true>, 32, drows.get(), dslots.get(), dout.get());
-    else launch(&ldmatrix_kernel<false>, 32, drows.get(), dslots.get(), dout.get());
+    if (trans) launch(&ldmatrix_kernel<true>, 1, 32, drows.get(), dslots.get(), dout.get());
+    else launch(&ldmatrix_kernel<false>, 1, 32, drows.get(), dslots.get(), dout.get());
     const std::vector<uint32_t> out = dout.read();
     for (int lane = 0; lane < 32; ++lane) {
       // The table: register m holds M_m[group][2·tig], M_m[group][2·tig+1]; with .trans
@@ -254,7 +223,7 @@ TEST_CASE("warp matrix: cp.async copies src-size bytes, zero-fills the rest, and
   std::vector<uint32_t> src(64 * 4);
   for (size_t i = 0; i < src.size(); ++i) src[i] = 0x01020304u * static_cast<uint32_t>(i + 1);
   DeviceArray<uint32_t> dsrc(src), dout(std::vector<uint32_t>(32 * 12, 0));
-  launch(&cp_async_kernel, 32, dsrc.get(), dout.get());
+  launch(&cp_async_kernel, 1, 32, dsrc.get(), dout.get());
   const std::vector<uint32_t> out = dout.read();
   for (int t = 0; t < 32; ++t) {
     INFO("thread " << t);
