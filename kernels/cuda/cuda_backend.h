@@ -167,7 +167,7 @@ class CudaBackend final : public Backend {
   void triangle(const Tensor& x, Tensor& y, int64_t diagonal, bool upper) override;
   void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& y) override;
 
-  // ---- attention (attention/attention.cu) ----
+  // ---- attention (attention/attention.cu; the 16-bit forward in attention/flash_mma.cu) ----
   int64_t attention_max_head_size() const override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                          double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) override;

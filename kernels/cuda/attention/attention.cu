@@ -6,6 +6,9 @@
 //             dv = Pdᵀ·dout,  dk = dSᵀ·q·scale,  dq = dS·k·scale,  P = exp(s − lse) recomputed
 // Shapes: q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev] with any strides on (b, h, row) and
 // stride 1 along E/Ev; out, dout, dq, dk, dv contiguous; lse and D [B·H·L]. E, Ev <= 128.
+// 16-bit q, k, v: the forward runs on tensor cores (flash_mma.cu) where its head sizes allow; the
+// backward, and the forward elsewhere, run these float32 kernels on float32 copies, the lse
+// being float32 already.
 // Strategy (kThreads = 128 threads = 4 warps per block; key tiles of kBlockK = 32 keys, staged
 // in shared memory [32][129] — the pad makes both "lane = key" and "lane = feature" reads
 // conflict-free):
@@ -32,6 +35,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "kernels/half_staging.h"
+#include "kernels/cuda/attention/flash_mma.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -340,6 +344,14 @@ int64_t CudaBackend::attention_max_head_size() const { return kMaxHead; }
 
 void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                     double dropout_p, uint64_t seed, uint64_t offset, Tensor& out, Tensor& lse) {
+  if (flash_mma_applies(q, k, v, compute_capability_major())) {  // 16-bit on tensor cores (flash_mma.cu)
+    MINIDL_INTERNAL_ASSERT(out.dtype() == q.dtype() && lse.dtype() == DType::Float32 && all_contiguous({&out, &lse}));
+    if (dropout_p > 0) refuse_in_capture("scaled_dot_product_attention with dropout", kRandomInCapture);
+    if (q.shape()[0] * q.shape()[1] == 0 || q.shape()[2] == 0) return;
+    DeviceGuard guard(device_index());
+    flash_mma_forward(q, k, v, causal, scale, dropout_p, seed, offset, out, lse, stream());
+    return;
+  }
   if (HalfStaging::needed({&q, &k, &v, &out, &lse})) {  // float32 math (kernels/half_staging.h)
     HalfStaging s;
     attention_forward(s.in(q), s.in(k), s.in(v), causal, scale, dropout_p, seed, offset, s.out(out), s.out(lse));
