@@ -2,7 +2,10 @@
 // (one fused op) against the same attention composed of minidl's unfused ops (per head: matmul,
 // scale, causal mask, softmax, matmul, each keeping its [T, T] result for backward), on the
 // CPU in float32 at a GPT's shapes (T = 64..256, head size 32 and 64, causal), and the fused op
-// on cuda:0 when there is one. Each case: fresh random inputs, one warm-up, samples of at least
+// on cuda:0 when there is one, in float32 and in bfloat16 (whose forward runs on tensor cores,
+// kernels/cuda/attention/flash_mma.cu); --gpu-only times only those, at --gpu-T (1024 by
+// default) beside the GPT shapes, the figures bench/torch_attention.py gives for PyTorch's
+// scaled_dot_product_attention on the same GPU. Each case: fresh random inputs, one warm-up, samples of at least
 // --min-ms, the median of --reps samples. Threads: OMP_NUM_THREADS (the CPU kernels' pool). JSON
 // lines on stdout, a table on stderr.
 #include <algorithm>
@@ -78,12 +81,23 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed samples per case; the median is reported")->check(CLI::PositiveNumber);
   app.add_option("--min-ms", min_ms, "minimum length of one timed sample, in milliseconds")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "B of the [B, H, T, hs] inputs")->check(CLI::PositiveNumber);
+  bool gpu_only = false;
+  int64_t gpu_t = 1024;
+  app.add_flag("--gpu-only", gpu_only, "only the cuda:0 cases (float32 and bfloat16), with T = --gpu-T added");
+  app.add_option("--gpu-T", gpu_t, "the longer sequence of the --gpu-only cases (head size 64, 12 heads)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (gpu_only && !cuda_is_available()) {
+    std::fprintf(stderr, "bench_attention: --gpu-only needs a CUDA device\n");
+    return 2;
+  }
   const int threads = host_threads();
   std::fprintf(stderr, "%-6s %-8s %3s %3s %5s %4s %8s %10s\n", "device", "impl", "B", "H", "T", "hs", "threads",
                "ms/call");
-  for (const Case c : {Case{batch, 4, 64, 32}, Case{batch, 6, 128, 64}, Case{batch, 4, 256, 32},
-                       Case{batch, 6, 256, 64}}) {
+  std::vector<Case> cases = {Case{batch, 4, 64, 32}, Case{batch, 6, 128, 64}, Case{batch, 4, 256, 32},
+                             Case{batch, 6, 256, 64}};
+  if (gpu_only) cases.push_back(Case{batch, 12, gpu_t, 64});
+  for (const Case& c : cases) {
     Generator g(1);
     const TensorOptions f32(DType::Float32, Device::cpu());
     Tensor q = randn({c.B, c.H, c.T, c.hs}, f32, &g).requires_grad_();
@@ -91,29 +105,33 @@ int main(int argc, char** argv) {
     Tensor v = randn({c.B, c.H, c.T, c.hs}, f32, &g).requires_grad_();
     const Tensor dout = randn({c.B, c.H, c.T, c.hs}, f32, &g);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.hs));
-    const double fused = median_seconds_per_call(
-        [&] { ops::scaled_dot_product_attention(q, k, v, true).backward(dout); }, reps, min_ms / 1e3);
-    report("cpu", "fused", c, threads, fused);
-    std::vector<float> m(static_cast<size_t>(c.T * c.T), 0.0f);
-    for (int64_t i = 0; i < c.T; ++i)
-      for (int64_t j = i + 1; j < c.T; ++j) m[static_cast<size_t>(i * c.T + j)] = -std::numeric_limits<float>::infinity();
-    const Tensor mask = from_vector(m, {c.T, c.T});
-    const double composed =
-        median_seconds_per_call([&] { composed_attention(q, k, v, mask, scale).backward(); }, reps, min_ms / 1e3);
-    report("cpu", "unfused", c, threads, composed);
+    if (!gpu_only) {
+      const double fused = median_seconds_per_call(
+          [&] { ops::scaled_dot_product_attention(q, k, v, true).backward(dout); }, reps, min_ms / 1e3);
+      report("cpu", "fused", c, threads, fused);
+      std::vector<float> m(static_cast<size_t>(c.T * c.T), 0.0f);
+      for (int64_t i = 0; i < c.T; ++i)
+        for (int64_t j = i + 1; j < c.T; ++j) m[static_cast<size_t>(i * c.T + j)] = -std::numeric_limits<float>::infinity();
+      const Tensor mask = from_vector(m, {c.T, c.T});
+      const double composed =
+          median_seconds_per_call([&] { composed_attention(q, k, v, mask, scale).backward(); }, reps, min_ms / 1e3);
+      report("cpu", "unfused", c, threads, composed);
+    }
     if (cuda_is_available()) {
       const Device gpu = Device::cuda(0);
-      Tensor qg = q.detach().to(gpu).requires_grad_(), kg = k.detach().to(gpu).requires_grad_();
-      Tensor vg = v.detach().to(gpu).requires_grad_();
-      const Tensor dg = dout.to(gpu);
       Backend& backend = backend_for(gpu);
-      const double cuda = median_seconds_per_call(
-          [&] {
-            ops::scaled_dot_product_attention(qg, kg, vg, true).backward(dg);
-            backend.synchronize();
-          },
-          reps, min_ms / 1e3);
-      report("cuda", "fused", c, threads, cuda);
+      for (DType dt : {DType::Float32, DType::BFloat16}) {
+        Tensor qg = q.detach().to(gpu).to(dt).requires_grad_(), kg = k.detach().to(gpu).to(dt).requires_grad_();
+        Tensor vg = v.detach().to(gpu).to(dt).requires_grad_();
+        const Tensor dg = dout.to(gpu).to(dt);
+        const double cuda = median_seconds_per_call(
+            [&] {
+              ops::scaled_dot_product_attention(qg, kg, vg, true).backward(dg);
+              backend.synchronize();
+            },
+            reps, min_ms / 1e3);
+        report("cuda", dt == DType::Float32 ? "fused" : "fused-bf16", c, threads, cuda);
+      }
     }
   }
   return 0;
