@@ -1,8 +1,10 @@
-// How the hand-written SGEMM (simt_gemm.cu) runs a product: which block tile, and into how many K
-// slices it cuts the product. A pure function of the shape and the device's multiprocessor
-// count, in plain C++ (no CUDA header), built with or without CUDA so that the CPU test suite
-// holds the heuristic to its stated plans (tests/kernels/test_gemm_plan.cpp). simt_gemm.cu states the
-// heuristic and why; the tile sizes below are the one source of the kernel's TileConfig too.
+// Which hand-written GEMM kernel runs a product (choose_gemm_kernel, first below), and how the
+// SIMT kernel (simt_gemm.cu) runs one: which block tile, and into how many K slices it cuts the
+// product. Pure functions of the dtype, the shape and the device (compute capability,
+// multiprocessor count), in plain C++ (no CUDA header), built with or without CUDA so that the
+// CPU test suite holds them to their stated plans (tests/kernels/test_gemm_plan.cpp).
+// simt_gemm.cu states the SIMT heuristic and why; the tile sizes below are the one source of
+// that kernel's TileConfig too.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,7 @@ struct GemmKernelChoice {
   GemmKernel kernel = GemmKernel::Simt;
   MmaTile mma_tile = MmaTile::Large128x128;  // when kernel is an mma rung
 };
-// Whether a device of compute capability major.minor runs the mma rungs.
+// Whether a device of compute capability cc_major.x runs the mma rungs (and flash_mma.cu).
 constexpr bool has_mma_sync(int cc_major) { return cc_major >= 8; }
 GemmKernelChoice choose_gemm_kernel(DType dtype, int cc_major, int cc_minor, int64_t batch, int64_t m, int64_t n,
                                     int sm_count);
