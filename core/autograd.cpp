@@ -1,6 +1,6 @@
 // The autograd engine: counts how many gradients each node will receive, then runs nodes in
 // reverse creation order once all their gradients have arrived, summing gradients that meet
-// at one node, and accumulating into leaf .grad (firing gradient-ready hooks).
+// at one output of a node, and accumulating into leaf .grad (firing gradient-ready hooks).
 #include "core/autograd.h"
 
 #include <atomic>
@@ -21,7 +21,14 @@ thread_local bool grad_mode = true;
 thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
 }  // namespace
 
-Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+Node::Node(uint32_t num_outputs)
+    : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)), num_outputs_(num_outputs) {}
+
+std::vector<Tensor> MultiOutputNode::apply(const Tensor& grad_output) {
+  MINIDL_CHECK(num_outputs() == 1, name(), ": a node with ", num_outputs(),
+               " outputs takes one gradient per output (apply_outputs), got one gradient");
+  return apply_outputs({grad_output});
+}
 
 bool grad_mode_enabled() { return grad_mode; }
 void set_grad_mode(bool enabled) { grad_mode = enabled; }
@@ -63,7 +70,7 @@ bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined()) return Edge{};
   TensorImpl* impl = t.impl();
-  if (impl->grad_fn) return Edge{impl->grad_fn};
+  if (impl->grad_fn) return Edge{impl->grad_fn, impl->output_nr};
   if (!impl->requires_grad) return Edge{};
   std::shared_ptr<Node> acc = impl->grad_accumulator.lock();
   if (!acc) {
@@ -77,6 +84,19 @@ void attach(const std::shared_ptr<Node>& node, std::initializer_list<const Tenso
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) node->next_edges.push_back(gradient_edge(*t));
   output.impl()->grad_fn = node;
+  output.impl()->output_nr = 0;  // the node's one output, whatever the tensor was before
+}
+
+void attach_outputs(const std::shared_ptr<MultiOutputNode>& node, std::initializer_list<const Tensor*> inputs,
+                    std::vector<Tensor>& outputs) {
+  MINIDL_INTERNAL_ASSERT(outputs.size() == node->num_outputs(), node->name(), " has ", node->num_outputs(),
+                         " outputs, attached to ", outputs.size());
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) node->next_edges.push_back(gradient_edge(*t));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    outputs[i].impl()->grad_fn = node;
+    outputs[i].impl()->output_nr = static_cast<uint32_t>(i);
+  }
 }
 
 }  // namespace autograd
@@ -138,6 +158,7 @@ void Engine::run_graph(const Tensor& root, const Tensor& grad_in, bool retain_gr
     if (n->visit_epoch_ == epoch) return false;
     n->visit_epoch_ = epoch;
     n->pending_ = 0;
+    n->grad_buffers_.assign(n->num_outputs(), Tensor());
     return true;
   };
   std::vector<Node*> stack{root_edge.fn.get()};
@@ -156,34 +177,41 @@ void Engine::run_graph(const Tensor& root, const Tensor& grad_in, bool retain_gr
   // Pass 2: run nodes whose gradients are complete, latest-created first (deterministic order).
   auto later_first = [](Node* a, Node* b) { return a->sequence_nr() < b->sequence_nr(); };
   std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
-  root_edge.fn->grad_buffer_ = grad;
+  root_edge.fn->grad_buffers_[root_edge.output_nr] = grad;
   ready.push(root_edge.fn.get());
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    Tensor g = std::move(n->grad_buffer_);
-    n->grad_buffer_ = Tensor();
+    const std::vector<Tensor> grads = std::move(n->grad_buffers_);  // one per output of n
+    n->grad_buffers_.clear();
+    const Tensor* first_grad = nullptr;  // a node that received no gradient at all does not run
+    for (const Tensor& g : grads)
+      if (!first_grad && g.defined()) first_grad = &g;
     std::vector<Tensor> input_grads;
-    if (g.defined()) {
+    if (first_grad) {
       MINIDL_CHECK(!n->released(), "backward: trying to backward through the graph a second time (", n->name(),
                    " has already freed its saved tensors); pass retain_graph=true to the first backward() if you need "
                    "to call it twice");
       std::optional<profiler::RecordScope> profile_scope;  // the node's name is built only while profiling
-      if (profiler::active()) profile_scope.emplace(n->name(), profiler::Kind::Backward, std::initializer_list<const Tensor*>{&g});
-      input_grads = unit_seed && n == root_edge.fn.get() ? n->apply_unit_seed(g) : n->apply(g);
+      if (profiler::active())
+        profile_scope.emplace(n->name(), profiler::Kind::Backward, std::initializer_list<const Tensor*>{first_grad});
+      const bool seeded_root = unit_seed && n == root_edge.fn.get() && n->num_outputs() == 1;
+      input_grads = seeded_root ? n->apply_unit_seed(grads[0]) : n->apply_outputs(grads);
       profile_scope.reset();
-      if (!retain_graph && dynamic_cast<AccumulateGrad*>(n) == nullptr) {
+      if (!retain_graph && n->single_use()) {
         n->release_saved();
         n->mark_released();
       }
     }
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
-      Node* child = n->next_edges[i].fn.get();
+      const Edge& edge = n->next_edges[i];
+      Node* child = edge.fn.get();
       if (!child) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
         // Note [why grads are summed here]: a tensor used twice receives one gradient per
-        // use; the total derivative is their sum.
-        Tensor& buf = child->grad_buffer_;
+        // use; the total derivative is their sum. Each output of a node has its own slot
+        // (Note [one node for several outputs]), so only gradients of one tensor meet here.
+        Tensor& buf = child->grad_buffers_[edge.output_nr];
         buf = buf.defined() ? ops::add(buf, input_grads[i]) : std::move(input_grads[i]);
       }
       if (--child->pending_ == 0) ready.push(child);

@@ -85,6 +85,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const { return ops::narrow(*this, d, start, length); }
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const { return ops::split(*this, split_size, d); }
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const { return ops::chunk(*this, chunks, d); }
+std::vector<Tensor> Tensor::unbind(int64_t d) const { return ops::unbind(*this, d); }
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return ops::transpose(*this, d0, d1); }
 Tensor Tensor::t() const {
   MINIDL_CHECK(dim() == 2, "t: expected a 2-D tensor, got shape ", shape());

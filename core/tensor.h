@@ -1,7 +1,7 @@
 // Tensor: a cheap shared handle to a TensorImpl {storage, shape, strides, offset, dtype,
 // device, requires_grad, grad, grad_fn}. Copying a Tensor copies the handle, not the data.
-// Views (reshape, narrow, split, transpose, expand) share storage with their base; kernels
-// take contiguous inputs and ops call contiguous() first. Differentiable math lives in
+// Views (reshape, narrow, split, unbind, transpose, expand) share storage with their base;
+// kernels take contiguous inputs and ops call contiguous() first. Differentiable math lives in
 // core/ops/*; the methods here are sugar that forward to those ops.
 #pragma once
 
@@ -85,6 +85,7 @@ class Tensor {
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;  // the slices along dim, dim removed
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor t() const;  // 2-D transpose
   Tensor unsqueeze(int64_t dim) const;
@@ -149,6 +150,7 @@ struct TensorImpl {
   bool requires_grad = false;  // for leaves; results of ops on such tensors get a grad_fn
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
+  uint32_t output_nr = 0;  // which output of grad_fn this is (split's parts: 0, 1, ...)
   std::weak_ptr<Node> grad_accumulator;  // the AccumulateGrad node of a leaf, made on demand
   std::vector<GradHook> hooks;
 };

@@ -1,10 +1,15 @@
 // View and copy ops with their backward nodes side by side.
 //   reshape/view/(un)squeeze: same storage, new shape; backward reshapes the gradient back.
 //   narrow: a window [start, start+length) along dim; backward writes grad into zeros.
+//   split/chunk/unbind: every window along dim at once, one node for all the parts; backward
+//     writes each part's gradient into its window of one buffer (Note [one node for several
+//     outputs], core/autograd.h).
 //   transpose: swap two strides; backward transposes back.
 //   expand: stride 0 along broadcast dims; backward sums over them (sum_to).
 //   contiguous/clone/to: copies; backward passes the gradient (converted back for to()).
 #include "core/ops/view.h"
+
+#include <algorithm>
 
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -33,6 +38,76 @@ struct NarrowBackward final : Node {
   }
   std::string name() const override { return "NarrowBackward"; }
 };
+
+// Where part i of split / chunk / unbind lies in its input: the window [i * split_size,
+// min((i + 1) * split_size, size)) along dim, with dim dropped for unbind (split_size 1). The
+// forward takes these windows of x; the backward takes the same windows of dx.
+struct SplitGeometry {
+  int dim = 0;
+  int64_t size = 0;  // of the input along dim
+  int64_t split_size = 1;
+  bool drop_dim = false;
+
+  int64_t parts() const { return (size + split_size - 1) / split_size; }
+  Tensor part(const Tensor& base, int64_t i) const {
+    const int64_t start = i * split_size;
+    Shape shape = base.shape(), strides = base.strides();
+    const int64_t offset = base.offset() + start * strides[dim];
+    shape[dim] = std::min(split_size, size - start);
+    if (drop_dim) {
+      shape.erase(dim);
+      strides.erase(dim);
+    }
+    return make_view(base, shape, strides, offset);
+  }
+};
+
+// Every part's gradient in one call, written once into one buffer: the windows tile the input,
+// so the buffer starts uninitialised and only the window of a part that got no gradient (an
+// unused part) is zero-filled.
+struct SplitBackward final : MultiOutputNode {
+  Shape input_shape;
+  SplitGeometry geometry;
+  explicit SplitBackward(uint32_t parts) : MultiOutputNode(parts) {}
+  std::vector<Tensor> apply_outputs(const std::vector<Tensor>& grads) override {
+    const Tensor* any = nullptr;
+    for (const Tensor& g : grads)
+      if (!any && g.defined()) any = &g;
+    MINIDL_INTERNAL_ASSERT(any != nullptr, name(), ": the engine runs a node only once a gradient reached it");
+    Tensor dx = empty(input_shape, any->options());  // [input_shape]; every window is written below
+    Backend& backend = backend_for(any->device());
+    for (uint32_t i = 0; i < num_outputs(); ++i) {
+      Tensor window = geometry.part(dx, i);
+      if (window.numel() == 0) continue;
+      if (grads[i].defined()) {
+        MINIDL_INTERNAL_ASSERT(grads[i].shape() == window.shape(), name(), ": gradient ", grads[i].shape(),
+                               " for part ", i, " of shape ", window.shape());
+        backend.strided_copy(grads[i], window);
+      } else {
+        window.zero_();
+      }
+    }
+    return {dx};
+  }
+  std::string name() const override { return geometry.drop_dim ? "UnbindBackward" : "SplitBackward"; }
+  // It saves only sizes, so each part may be backpropagated on its own, as with one narrow per part.
+  bool single_use() const override { return false; }
+};
+
+// The parts of split (drop_dim false) and unbind as views of x, with one SplitBackward for all
+// of them when x requires grad.
+std::vector<Tensor> split_views(const Tensor& x, const SplitGeometry& geometry) {
+  std::vector<Tensor> parts;
+  parts.reserve(static_cast<size_t>(geometry.parts()));
+  for (int64_t i = 0; i < geometry.parts(); ++i) parts.push_back(geometry.part(x, i));
+  if (!parts.empty() && autograd::any_requires_grad({&x})) {
+    auto node = std::make_shared<SplitBackward>(static_cast<uint32_t>(parts.size()));
+    node->input_shape = x.shape();
+    node->geometry = geometry;
+    autograd::attach_outputs(node, {&x}, parts);
+  }
+  return parts;
+}
 
 struct TransposeBackward final : Node {
   int dim0 = 0, dim1 = 0;
@@ -157,12 +232,9 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   check_defined(x, "split", "self");
   const int d = wrap_dim(dim, x.dim(), "split");
   MINIDL_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
-  std::vector<Tensor> parts;
   const int64_t size = x.shape()[d];
-  for (int64_t start = 0; start < size; start += split_size)
-    parts.push_back(narrow(x, d, start, std::min(split_size, size - start)));
-  if (size == 0) parts.push_back(x);
-  return parts;
+  if (size == 0) return {x};  // torch gives the one empty part
+  return split_views(x, SplitGeometry{d, size, split_size, /*drop_dim=*/false});
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
@@ -173,6 +245,13 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   const int64_t size = x.shape()[d];
   const int64_t per = std::max<int64_t>(1, (size + chunks - 1) / chunks);  // like torch.chunk
   return split(x, per, d);
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  profiler::RecordScope profile_scope("unbind", profiler::Kind::Op, {&x});
+  check_defined(x, "unbind", "self");
+  const int d = wrap_dim(dim, x.dim(), "unbind");
+  return split_views(x, SplitGeometry{d, x.shape()[d], /*split_size=*/1, /*drop_dim=*/true});
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {

@@ -138,8 +138,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // the same slices come from one view [B, T, 3, H, hs] of the whole output, which needs no copy
   // (a slice of the last dim cannot be viewed with split heads without one: view() refuses it).
   const Tensor qkv = (*c_attn)(x).view({B, T, 3, H, C / H});
-  // q, k or v: [B, T, H, hs] -> [B, H, T, hs], a strided view with a contiguous last dim.
-  auto heads = [&](int64_t i) { return qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2); };
+  // q, k, v: [B, T, H, hs] each, by one unbind, whose backward writes the three gradients into
+  // one [B, T, 3, H, hs] buffer (three narrows would each zero-fill a buffer of that size).
+  const std::vector<Tensor> q_k_v = qkv.unbind(2);
+  // [B, T, H, hs] -> [B, H, T, hs], a strided view with a contiguous last dim.
+  auto heads = [&](size_t i) { return q_k_v[i].transpose(1, 2); };
   const Tensor y = ops::scaled_dot_product_attention(heads(0), heads(1), heads(2), /*causal=*/true,
                                                      is_training() ? dropout_ : 0.0);  // [B, H, T, hs]
   const Tensor merged = y.transpose(1, 2).contiguous().view({B, T, C});             // heads side by side

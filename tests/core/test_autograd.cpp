@@ -1,6 +1,6 @@
 // The autograd engine: accumulation where a tensor is used twice, retain_graph, NoGradGuard,
-// detach, leaf gradient accumulation across backward calls, gradient-ready hooks and the
-// callbacks a hook queues for the end of backward.
+// detach, leaf gradient accumulation across backward calls, gradient-ready hooks, the
+// callbacks a hook queues for the end of backward, and nodes with several outputs.
 #include <catch2/catch.hpp>
 
 #include "core/autograd.h"
@@ -147,4 +147,64 @@ TEST_CASE("a gradient accumulates in place into a strided .grad the user set", "
   CHECK(x.grad().same(strided));
   // x.grad() = base.t() + [[10, 20, 30], [40, 50, 60]], written through the view into base.
   CHECK(base.to_vector<double>() == std::vector<double>{11, 42, 23, 54, 35, 66});
+}
+
+namespace {
+// A node with two outputs (two views of its input) that records the gradients each call
+// received and passes the sum of the defined ones to its input.
+struct TwoOutputRecorder final : MultiOutputNode {
+  std::vector<std::vector<Tensor>> calls;
+  TwoOutputRecorder() : MultiOutputNode(2) {}
+  std::vector<Tensor> apply_outputs(const std::vector<Tensor>& grads) override {
+    calls.push_back(grads);
+    Tensor sum;
+    for (const Tensor& g : grads)
+      if (g.defined()) sum = sum.defined() ? sum + g : g;
+    return {sum};
+  }
+  std::string name() const override { return "TwoOutputRecorder"; }
+};
+
+// Two views of x that share one TwoOutputRecorder as their grad_fn (outputs 0 and 1).
+std::vector<Tensor> two_outputs(const Tensor& x, const std::shared_ptr<TwoOutputRecorder>& node) {
+  std::vector<Tensor> outputs{make_view(x, x.shape(), x.strides(), x.offset()),
+                              make_view(x, x.shape(), x.strides(), x.offset())};
+  autograd::attach_outputs(node, {&x}, outputs);
+  return outputs;
+}
+}  // namespace
+
+TEST_CASE("a node with several outputs runs once, each output's gradients summed in its own slot",
+          "[core][autograd]") {
+  Tensor x = from_vector<double>({1.0, 2.0}).requires_grad_();
+  auto node = std::make_shared<TwoOutputRecorder>();
+  const std::vector<Tensor> out = two_outputs(x, node);
+  CHECK(out[0].grad_fn() == out[1].grad_fn());
+  // Output 0 used twice, output 1 once: one call, with 2 + 3 in slot 0 and 10 in slot 1.
+  ops::sum(out[0] * 2.0 + out[0] * 3.0 + out[1] * 10.0).backward();
+  REQUIRE(node->calls.size() == 1);
+  REQUIRE(node->calls[0].size() == 2);
+  CHECK(node->calls[0][0].to_vector<double>() == std::vector<double>{5.0, 5.0});
+  CHECK(node->calls[0][1].to_vector<double>() == std::vector<double>{10.0, 10.0});
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{15.0, 15.0});
+
+  // Only output 1 reached: slot 0 stays undefined. The node saved nothing it frees, yet is
+  // single-use by default, so a second backward through it is the usual error.
+  auto second = std::make_shared<TwoOutputRecorder>();
+  const std::vector<Tensor> out2 = two_outputs(x, second);
+  ops::sum(out2[1] * 4.0).backward();
+  REQUIRE(second->calls.size() == 1);
+  CHECK_FALSE(second->calls[0][0].defined());
+  CHECK(second->calls[0][1].to_vector<double>() == std::vector<double>{4.0, 4.0});
+  CHECK_THROWS_WITH(ops::sum(out2[0]).backward(), Catch::Contains("second time"));
+
+  // An output may be the root of backward, seeded with ones in its slot.
+  auto third = std::make_shared<TwoOutputRecorder>();
+  Tensor y = from_vector<double>({7.0}).requires_grad_();
+  const std::vector<Tensor> out3 = two_outputs(y, third);
+  out3[1].backward();
+  REQUIRE(third->calls.size() == 1);
+  CHECK_FALSE(third->calls[0][0].defined());
+  CHECK(third->calls[0][1].to_vector<double>() == std::vector<double>{1.0});
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{1.0});
 }
