@@ -27,7 +27,7 @@
 //     k-contiguous tile rows are 64 bytes apart, so rows x and x + 2 start in the same banks; the
 //     chunk index is XOR-ed with (x / 2) % 4, which spreads 8 consecutive rows over all 32 banks.
 //     In an x-contiguous tile rows are 128 or 256 bytes apart (all in the same banks); the chunk
-//     index is XOR-ed with k % 8. Stores of the same chunks stay conflict-free as well.
+//     index is XOR-ed with k % 8.
 //   - Warps: WARPS_M × WARPS_N warps, each a WM × WN warp tile of (WM/16) × (WN/8) mma tiles; per
 //     16 of k a warp loads WM/16 A fragments (ldmatrix.x4 each) and WN/8 B fragments (ldmatrix.x4
 //     per two) and issues (WM/16)·(WN/8) mma. Accumulators: WM·WN/32 floats a thread.
