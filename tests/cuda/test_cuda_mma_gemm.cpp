@@ -278,10 +278,9 @@ TEST_CASE("16-bit matmul and linear on cuda take the tensor-core kernel and matc
   GemmImplScope scope(GemmImpl::Native);
   int major = 0;
   REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
-  if (major < 8) {
-    WARN("compute capability " << major << ".x: no tensor-core GEMM on this device");
-    return;
-  }
+  // The build targets sm_90 (the simulated device reports 9.0): a device that runs this test has
+  // mma.sync, so the backend must pick it; a silent pass without it would check nothing.
+  REQUIRE(major >= 8);
   for (DType half : kHalves) {
     const int64_t m = 50, n = 72, k = 96;
     const Tensor x = random_cpu({m, k}, 12600).to(half), w = random_cpu({n, k}, 12601).to(half);
