@@ -6,6 +6,10 @@
 //   --model mlp: the Fashion-MNIST MLP 784→256→128→10 (ReLU), cross-entropy, backward, SGD with
 //     momentum 0.9, zero_grad, on a batch already on the device, for each of --batch-sizes
 //     (a sweep) — what bench/torch_mlp_step.py times in PyTorch eager.
+//   --model char-gpt-adamw: optimizer.step() alone — AdamW in char_gpt's two groups (weight decay
+//     on the parameters of rank >= 2) over the parameters of the char-GPT of --n-layer, --n-head,
+//     --n-embd (vocabulary 65, block 64), with fixed random gradients: the optimizer's share of a
+//     char_gpt step.
 // A warm-up, then --repeats runs of --steps steps; the median is one JSON line per case:
 //   {"bench":"seed_step","impl":"minidl","device":"cpu","threads":1,"steps":10000,"us_per_step":X}
 // --profile FILE: then --profile-steps more steps under the profiler (core/profiler.h): its
@@ -36,6 +40,7 @@
 #include "kernels/cuda/gemm/gemm_impl.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "samples/char_gpt/model.h"
 #include "samples/common/seed_model.h"
 
 namespace {
@@ -177,6 +182,34 @@ Timing time_mlp_step(Device device, int64_t batch, int64_t steps, int64_t warmup
   return t;
 }
 
+// Median microseconds per AdamW step over the char-GPT's parameters (char_gpt's make_optimizer:
+// two groups, weight decay on rank >= 2), with fixed random gradients on the device.
+Timing time_adamw_step(Device device, const char_gpt::GPTConfig& config, int64_t steps, int64_t warmup, int repeats,
+                       uint64_t seed, const BenchFlags& flags) {
+  manual_seed(seed);
+  char_gpt::GPT model(config);
+  model.to(device);
+  Generator g(seed + 1);
+  std::vector<Tensor> decay, no_decay;
+  for (Tensor p : model.parameters()) {
+    p.set_grad(randn(p.shape(), {}, &g).to(device));
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  }
+  optim::AdamW optimizer(std::vector<optim::ParamGroup>{{decay, {.weight_decay = 0.1}}, {no_decay, {.weight_decay = 0.0}}},
+                         optim::AdamWOptions{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
+  auto run = [&](int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      optimizer.step();
+      profiler::step();
+    }
+    if (device.is_cuda()) backend_for(device).synchronize();
+  };
+  run(warmup);
+  const Timing t = time_runs(run, steps, repeats, flags);
+  if (!flags.trace.empty()) profile_steps(run, flags, flags.trace, "AdamW's step on " + device.str());
+  return t;
+}
+
 std::vector<int64_t> parse_sizes(const std::string& list) {
   std::vector<int64_t> out;
   size_t pos = 0;
@@ -202,8 +235,14 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   std::string model_name = "seed", batch_sizes = "128,512,1024,4096";
   app.add_option("--device", device_name, "cpu, cuda or cuda:N");
-  app.add_option("--model", model_name, "seed (the tutorial) or mlp (784-256-128-10)")
-      ->check(CLI::IsMember({"seed", "mlp"}));
+  app.add_option("--model", model_name,
+                 "seed (the tutorial), mlp (784-256-128-10) or char-gpt-adamw (AdamW's step over a char-GPT)")
+      ->check(CLI::IsMember({"seed", "mlp", "char-gpt-adamw"}));
+  char_gpt::GPTConfig gpt;  // --model char-gpt-adamw
+  app.add_option("--n-layer", gpt.n_layer, "char-gpt-adamw: transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--n-head", gpt.n_head, "char-gpt-adamw: attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--n-embd", gpt.n_embd, "char-gpt-adamw: embedding width (a multiple of --n-head)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--batch-sizes", batch_sizes, "comma-separated batch sizes of the mlp sweep");
   app.add_option("--steps", steps, "steps per timed run")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps before the first run")->check(CLI::NonNegativeNumber);
@@ -222,6 +261,22 @@ int main(int argc, char** argv) {
 
   try {
     const Device device(device_name);
+    if (model_name == "char-gpt-adamw") {
+      char_gpt::check_config(gpt);
+      const Timing t = time_adamw_step(device, gpt, steps, warmup, repeats, seed, profile);
+      std::fprintf(stderr, "AdamW step over the char-GPT (%lld layers, %lld heads, width %lld) on %s: median %.2f us/step "
+                   "(%d runs of %lld steps)\n",
+                   (long long)gpt.n_layer, (long long)gpt.n_head, (long long)gpt.n_embd, device.str().c_str(), t.us,
+                   repeats, (long long)steps);
+      std::printf("{\"bench\":\"char_gpt_adamw_step\",\"impl\":\"minidl\",\"device\":\"%s\",\"threads\":%d,"
+                  "\"n_layer\":%lld,\"n_head\":%lld,\"n_embd\":%lld,\"steps\":%lld,\"us_per_step\":%.3f",
+                  device.str().c_str(), host_threads(), (long long)gpt.n_layer, (long long)gpt.n_head,
+                  (long long)gpt.n_embd, (long long)steps, t.us);
+      if (profile.overhead)
+        std::printf(",\"us_per_step_profiled\":%.3f,\"profiled_ratio\":%.4f", t.us_profiled, t.us_profiled / t.us);
+      std::printf("}\n");
+      return 0;
+    }
     if (model_name == "mlp") {
       const std::vector<int64_t> sizes = parse_sizes(batch_sizes);
       for (int64_t batch : sizes) {

@@ -115,6 +115,11 @@ class CpuBackend final : public Backend {
 
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SGDConfig& cfg) override;
   void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamConfig& cfg) override;
+  // Every chunk of every tensor of the lists as the tasks of one parallel loop (optimizer.cpp).
+  void sgd_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                     std::vector<Tensor>& momentum_buffers, const SGDConfig& cfg) override;
+  void adam_step_many(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& exp_avgs,
+                      std::vector<Tensor>& exp_avg_sqs, const AdamConfig& cfg) override;
 
   MemoryStats memory_stats() override;
   void empty_cache() override;

@@ -1,44 +1,24 @@
 // CPU multi-tensor kernels: one pass over a list of tensors (the gradients of clip_grad_norm_).
 //   multi_tensor_norm:  out = (Σ_tensors Σ_i |x_i|^p)^(1/p), or max |x_i| for p = inf
 //   multi_tensor_clip:  x_i *= min(max_norm / (norm + 1e-6), 1) for every element of every tensor, in place
-// Strategy: the tensors are cut into chunks of kChunk elements (a tensor's last chunk may be
-// shorter; a chunk never spans two tensors), the chunks are the parallel tasks, each task
-// reduces its chunk in double into its own slot, and the slots are combined in chunk order on
-// the calling thread: a fixed order, so the same bits every run whatever the thread count.
+// Strategy: the tensors are cut into chunks (kernels/cpu/tensor_chunks.h), the chunks are the
+// parallel tasks, each task reduces its chunk in double into its own slot, and the slots are
+// combined in chunk order on the calling thread: a fixed order, so the same bits every run
+// whatever the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/tensor_chunks.h"
 #include "kernels/half_staging.h"
 
 namespace minidl::cpu {
 
 namespace {
 
-constexpr int64_t kChunk = 1 << 14;  // elements per task
-
-struct Chunk {
-  size_t tensor;
-  int64_t begin, end;
-};
-
-std::vector<Chunk> chunks_of(const std::vector<Tensor>& tensors) {
-  std::vector<Chunk> chunks;
-  for (size_t t = 0; t < tensors.size(); ++t)
-    for (int64_t b = 0; b < tensors[t].numel(); b += kChunk)
-      chunks.push_back({t, b, std::min(b + kChunk, tensors[t].numel())});
-  return chunks;
-}
-
 // max(a, b) that keeps a NaN (std::max may drop one): the norm of a NaN gradient is NaN, as in PyTorch.
 double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b); }
-
-int64_t total_numel(const std::vector<Tensor>& tensors) {
-  int64_t n = 0;
-  for (const Tensor& t : tensors) n += t.numel();
-  return n;
-}
 
 }  // namespace
 
@@ -51,11 +31,11 @@ void CpuBackend::multi_tensor_norm(const std::vector<Tensor>& tensors, double p,
   MINIDL_INTERNAL_ASSERT(!tensors.empty() && p > 0.0);
   dispatch_floating(out.dtype(), "multi_tensor_norm", [&](auto tag) {
     using T = decltype(tag);
-    const std::vector<Chunk> chunks = chunks_of(tensors);
+    const std::vector<TensorChunk> chunks = chunks_of(tensors);
     const bool is_max = std::isinf(p);
     std::vector<double> partial(chunks.size(), 0.0);  // one slot per chunk
     parallel_rows(static_cast<int64_t>(chunks.size()), total_numel(tensors), [&](int64_t c) {
-      const Chunk& ch = chunks[static_cast<size_t>(c)];
+      const TensorChunk& ch = chunks[static_cast<size_t>(c)];
       const T* x = tensors[ch.tensor].data<T>();
       double acc = 0.0;
       if (is_max) {
@@ -85,11 +65,11 @@ void CpuBackend::multi_tensor_clip(const std::vector<Tensor>& tensors, const Ten
   }
   dispatch_floating(total_norm.dtype(), "multi_tensor_clip", [&](auto tag) {
     using T = decltype(tag);
-    const std::vector<Chunk> chunks = chunks_of(tensors);
+    const std::vector<TensorChunk> chunks = chunks_of(tensors);
     const T coef = static_cast<T>(max_norm) / (total_norm.data<T>()[0] + static_cast<T>(1e-6));
     const T s = coef > T(1) ? T(1) : coef;  // NaN fails the test and stays
     parallel_rows(static_cast<int64_t>(chunks.size()), total_numel(tensors), [&](int64_t c) {
-      const Chunk& ch = chunks[static_cast<size_t>(c)];
+      const TensorChunk& ch = chunks[static_cast<size_t>(c)];
       T* x = tensors[ch.tensor].data<T>();
       for (int64_t i = ch.begin; i < ch.end; ++i) x[i] *= s;
     });
