@@ -22,7 +22,8 @@ class Allocator {
 // The process-wide CPU allocator (64-byte aligned). It keeps freed blocks for reuse (Note [the
 // CPU block cache] and Note [large CPU blocks are cached too] in core/storage.cpp).
 Allocator& cpu_allocator();
-// Returns the CPU allocator's cached blocks above 1 MiB to the system (empty_cache(Device::cpu())).
+// Returns the CPU allocator's process-wide cached blocks (those above 1 MiB, and the smaller ones
+// that spilled from a full per-thread list) to the system (empty_cache(Device::cpu())).
 void release_cached_cpu_blocks();
 
 // The CPU allocator's counters (Note [the CPU allocator's counters] in core/storage.cpp), in the
