@@ -7,6 +7,10 @@
 // --half adds the same products with bfloat16 and float16 A, B and C (float32 accumulation;
 // bfloat16 through the AVX512_BF16 dot-product micro-kernel where the CPU has it) and their
 // speed relative to float32.
+// --gelu times instead the char-GPT's c_fc layer, gelu(x·Wᵀ + b) with x [rows, C], W [4C, C],
+// in float32 and bfloat16, in the same run: the product alone (x·Wᵀ + b), the GELU fused into
+// the GEMM's epilogue (Activation::GELU, what ops::linear_gelu runs) and the product followed by
+// a separate GELU pass (what gelu(linear(...)) runs); both outputs must be the same bits.
 // Each case: fresh random data, one warm-up call, calls batched into samples of >= --min-ms,
 // --reps samples, the median reported; all minidl cases run before all OpenBLAS cases (see the
 // note in main). Threads: OMP_NUM_THREADS, which the CPU kernels' thread pool reads
@@ -17,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -101,6 +106,60 @@ void report(const GemmCase& g, int threads, const char* impl, double seconds) {
   std::fflush(stdout);
 }
 
+// --gelu: the c_fc layer of the char-GPT recipes, fused against two passes.
+int run_gelu_epilogue(int reps, double min_seconds, uint64_t seed) {
+  struct Layer {
+    int64_t rows, c;
+    const char* what;
+  };
+  const std::vector<Layer> layers = {{768, 128, "c_fc, default recipe (B 12, T 64, C 128)"},
+                                     {2048, 256, "c_fc, larger recipe (B 8, T 256, C 256)"}};
+  Backend& cpu = backend_for(Device::cpu());
+  const int threads = host_threads();
+  std::fprintf(stderr, "%6s %6s %6s %8s  %-9s %11s %9s %12s %8s  %s\n", "rows", "C", "4C", "threads", "dtype",
+               "product ms", "fused ms", "two-pass ms", "ratio", "layer");
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Layer& l = layers[li];
+    Generator gen(seed + li);
+    const Tensor x32 = uniform({l.rows, l.c}, -2.0, 2.0, {}, &gen);
+    const Tensor w32 = uniform({4 * l.c, l.c}, -0.1, 0.1, {}, &gen);
+    const Tensor b32 = uniform({4 * l.c}, -0.5, 0.5, {}, &gen);
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+      const Tensor x = x32.to(dt), w = w32.to(dt), b = b32.to(dt);
+      const TensorOptions opt(dt);
+      Tensor z = empty({l.rows, 4 * l.c}, opt), y = empty({l.rows, 4 * l.c}, opt);
+      Tensor z2 = empty({l.rows, 4 * l.c}, opt), y2 = empty({l.rows, 4 * l.c}, opt);
+      const double product = median_seconds_per_call(
+          [&] { cpu.linear_forward(x, w, b, z2, Activation::None, nullptr); }, reps, min_seconds);
+      const double fused = median_seconds_per_call(
+          [&] { cpu.linear_forward(x, w, b, y, Activation::GELU, &z); }, reps, min_seconds);
+      const double two_pass = median_seconds_per_call(
+          [&] {
+            cpu.linear_forward(x, w, b, z2, Activation::None, nullptr);
+            cpu.gelu_forward(z2, y2, GeluApproximate::None);
+          },
+          reps, min_seconds);
+      // The fused epilogue evaluates the same expression on the same rounded values (Activation
+      // in core/backend.h): any differing bit is a bug, not a tolerance question.
+      const std::vector<float> a = y.to(DType::Float32).to_vector<float>(), c = y2.to(DType::Float32).to_vector<float>();
+      if (std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) != 0) {
+        std::fprintf(stderr, "bench_gemm: fused GELU differs from the two-pass result for %s (%s)\n", l.what,
+                     dtype_name(dt));
+        return 1;
+      }
+      std::fprintf(stderr, "%6lld %6lld %6lld %8d  %-9s %11.3f %9.3f %12.3f %8.2f  %s\n", (long long)l.rows,
+                   (long long)l.c, (long long)(4 * l.c), threads, dtype_name(dt), product * 1e3, fused * 1e3,
+                   two_pass * 1e3, fused / two_pass, l.what);
+      std::printf("{\"bench\":\"gemm_gelu\",\"rows\":%lld,\"c\":%lld,\"threads\":%d,\"dtype\":\"%s\","
+                  "\"product_ms\":%.4f,\"fused_ms\":%.4f,\"two_pass_ms\":%.4f,\"ratio\":%.3f}\n",
+                  (long long)l.rows, (long long)l.c, threads, dtype_name(dt), product * 1e3, fused * 1e3,
+                  two_pass * 1e3, fused / two_pass);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,6 +172,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random inputs");
   bool half = false;
   app.add_flag("--half", half, "also time bfloat16 and float16 operands (minidl only)");
+  bool gelu = false;
+  app.add_flag("--gelu", gelu, "time the char-GPT's c_fc layer with the GELU fused into the epilogue against two passes");
   std::vector<std::string> kernels;
   std::vector<int64_t> sizes = {4096, 8192};
   int runs = 20;
@@ -135,6 +196,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: --kernel runs the CUDA GEMM ladder; this build has no CUDA (nvcc) backend\n");
     return 2;
 #endif
+  }
+
+  if (gelu) {
+    try {
+      return run_gelu_epilogue(reps, min_ms / 1e3, seed);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+      return 1;
+    }
   }
 
   const std::vector<GemmCase> cases = {

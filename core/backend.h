@@ -42,7 +42,15 @@ constexpr const char* binary_op_name(BinaryOp op) {
   return "binary";
 }
 
-enum class Activation : uint8_t { None, ReLU };
+// The activation a GEMM's epilogue applies (Backend::linear_forward). ReLU is applied in place;
+// the GELU forms (core/ops/gelu.h) write two outputs, since GELU's backward needs its input: the
+// pre-activation z, rounded to the output's dtype, and gelu(z) computed from that rounded z, so the
+// bits are those of the product followed by a separate gelu, with one pass over z saved.
+enum class Activation : uint8_t { None, ReLU, GELU, GELUTanh };
+inline bool is_gelu(Activation act) { return act == Activation::GELU || act == Activation::GELUTanh; }
+inline GeluApproximate gelu_form(Activation act) {
+  return act == Activation::GELUTanh ? GeluApproximate::Tanh : GeluApproximate::None;
+}
 
 // A point on a device stream's timeline (Backend::record_timestamp), for the profiler.
 class DeviceTimestamp {
@@ -150,8 +158,11 @@ class Backend {
   // C[M, N] = op(A) · op(B) with op = transpose when the flag is set.
   // A is [M, K] (or [K, M] when trans_a), B is [K, N] (or [N, K] when trans_b), all row-major.
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) = 0;
-  // y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M]); bias may be undefined.
-  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) = 0;
+  // y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M]); bias may be undefined. With a GELU act,
+  // pre_activation (a tensor like y) receives z = x·Wᵀ + b and y receives gelu(z); otherwise
+  // pre_activation is nullptr.
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act,
+                              Tensor* pre_activation) = 0;
   // dx = dy·W, dW = dyᵀ·x, db = column sums of dy; each output may be undefined (not needed).
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,
                                Tensor& db) = 0;

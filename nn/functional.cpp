@@ -12,6 +12,9 @@ Tensor relu(const Tensor& x) { return ops::relu(x); }
 // ops::linear validates the arguments and flattens x's leading dims itself.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return ops::linear(x, w, b, false); }
 Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b) { return ops::linear(x, w, b, true); }
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, GeluApproximate approximate) {
+  return ops::linear_gelu(x, w, b, approximate);
+}
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r,
                      const ops::CrossEntropyOptions& options) {

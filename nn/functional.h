@@ -1,6 +1,7 @@
 // nn::functional: the stateless forms of the layers and losses (torch.nn.functional).
 #pragma once
 
+#include "core/ops/gelu.h"
 #include "core/ops/softmax.h"
 #include "core/tensor.h"
 
@@ -13,6 +14,9 @@ Tensor relu(const Tensor& x);
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
 // relu(linear(x, w, b)) with the relu fused into the GEMM epilogue (same values, one kernel).
 Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b = {});
+// gelu(linear(x, w, b), approximate) with the GELU fused into the GEMM epilogue (ops::linear_gelu).
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b = {},
+                   GeluApproximate approximate = GeluApproximate::None);
 // ignore_index and label_smoothing as in torch.nn.functional.cross_entropy (ops::CrossEntropyOptions).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::Reduction r = ops::Reduction::Mean,
                      const ops::CrossEntropyOptions& options = {});

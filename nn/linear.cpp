@@ -4,8 +4,10 @@
 #include "nn/linear.h"
 
 #include <cmath>
+#include <optional>
 #include <typeinfo>
 
+#include "core/profiler.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 
@@ -60,8 +62,18 @@ Tensor Linear::forward(const Tensor& x) {
   return naming_layer(*this, [&] { return functional::linear(x, weight, bias); });
 }
 
+// The fused calls open the profiler range operator() would open for this layer, named after the
+// layer and the activation that ran in its epilogue.
 Tensor Linear::forward_relu(const Tensor& x) {
+  std::optional<profiler::RecordScope> scope;
+  if (profiler::active()) scope.emplace(profile_label() + " + ReLU", profiler::Kind::Module, std::initializer_list<const Tensor*>{&x});
   return naming_layer(*this, [&] { return functional::linear_relu(x, weight, bias); });
+}
+
+Tensor Linear::forward_gelu(const Tensor& x, GeluApproximate approximate) {
+  std::optional<profiler::RecordScope> scope;
+  if (profiler::active()) scope.emplace(profile_label() + " + GELU", profiler::Kind::Module, std::initializer_list<const Tensor*>{&x});
+  return naming_layer(*this, [&] { return functional::linear_gelu(x, weight, bias, approximate); });
 }
 
 }  // namespace minidl::nn

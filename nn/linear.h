@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/ops/gelu.h"
 #include "nn/module.h"
 
 namespace minidl::nn {
@@ -18,6 +19,8 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) with the relu fused into the GEMM epilogue (Sequential uses it).
   Tensor forward_relu(const Tensor& x);
+  // gelu(forward(x), approximate) with the GELU fused into the GEMM epilogue (Sequential uses it).
+  Tensor forward_gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
   std::string name() const override;
   std::shared_ptr<Module> clone() const override;
 

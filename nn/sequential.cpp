@@ -1,10 +1,9 @@
-// nn::Sequential: in-order forward with the Linear -> ReLU fusion, and a layer-by-layer clone.
+// nn::Sequential: in-order forward with the Linear -> ReLU and Linear -> GELU fusions, and a
+// layer-by-layer clone.
 #include "nn/sequential.h"
 
-#include <optional>
 #include <typeinfo>
 
-#include "core/profiler.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
 
@@ -38,12 +37,13 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     Module& layer = *layers_[i];
     // Fuse only the exact classes: a subclass may override forward and mean something else.
+    const bool linear = typeid(layer) == typeid(Linear);
     const bool relu_next = i + 1 < layers_.size() && typeid(*layers_[i + 1]) == typeid(ReLU);
-    if (relu_next && typeid(layer) == typeid(Linear)) {
-      std::optional<profiler::RecordScope> scope;  // operator()'s range, for the fused call
-      if (profiler::active()) scope.emplace(layer.profile_label() + " + ReLU", profiler::Kind::Module, std::initializer_list<const Tensor*>{&h});
-      h = static_cast<Linear&>(layer).forward_relu(h);
-      ++i;  // the ReLU ran in the linear's epilogue
+    const bool gelu_next = i + 1 < layers_.size() && typeid(*layers_[i + 1]) == typeid(GELU);
+    if (linear && (relu_next || gelu_next)) {  // the fused call opens the layer's profiler range
+      auto& lin = static_cast<Linear&>(layer);
+      h = relu_next ? lin.forward_relu(h) : lin.forward_gelu(h, static_cast<GELU&>(*layers_[i + 1]).approximate());
+      ++i;  // the activation ran in the linear's epilogue
     } else {
       h = layer(h);
     }

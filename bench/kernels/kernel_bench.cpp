@@ -305,7 +305,7 @@ void bench_gemm(Backend& be, cudaStream_t stream, int sm_count, Timer& timer, co
     Tensor GemmSet::*out;
   };
   const std::vector<Variant> variants = {
-      {"forward", [&](GemmSet& d) { be.linear_forward(d.x, d.w, d.b, d.y, Activation::None); }, &GemmSet::y},
+      {"forward", [&](GemmSet& d) { be.linear_forward(d.x, d.w, d.b, d.y, Activation::None, nullptr); }, &GemmSet::y},
       {"backward_dx",
        [&](GemmSet& d) {
          Tensor none_dw, none_db;

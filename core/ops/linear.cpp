@@ -3,8 +3,10 @@
 //           dA = sum_to(dC·Bᵀ), dB = sum_to(Aᵀ·dC) over the batch dims each operand was
 //           broadcast along. A 1-D operand gets a dim of 1 (prepended for A, appended for B)
 //           that the result drops again.
-//   linear: y[N,M] = x[N,K]·W[M,K]ᵀ + b[M] (optionally relu'd, fused in the epilogue);
-//           with dy (masked by y > 0 when relu was fused): dx = dy·W, dW = dyᵀ·x, db = Σ_rows dy.
+//   linear: y[N,M] = act(z), z = x[N,K]·W[M,K]ᵀ + b[M], act fused in the GEMM's epilogue: the
+//           identity, ReLU (linear(..., relu=true)) or GELU (linear_gelu, which keeps z too);
+//           with dz = dy (masked by y > 0 after a ReLU, times gelu'(z) after a GELU):
+//           dx = dz·W, dW = dzᵀ·x, db = Σ_rows dz.
 //           x [..., K] is flattened to [N, K] (a view when x is contiguous).
 // The transposes are flags to the GEMM, never copies: Note [matmul operands in place].
 #include "core/ops/linear.h"
@@ -141,15 +143,22 @@ struct MatmulBackward final : Node {
 };
 
 struct LinearBackward final : Node {
-  Tensor x, w, y;  // y saved only when relu was fused
+  Tensor x, w;
+  Tensor y;  // saved only after a ReLU: its mask
+  Tensor z;  // saved only after a GELU: the pre-activation its derivative needs
+  Activation act = Activation::None;
   bool has_bias = false;
   std::vector<Tensor> apply(const Tensor& g) override {
     Backend& be = backend_for(x.device());
     Tensor dy = g.contiguous();
-    if (y.defined()) {
+    if (act == Activation::ReLU) {
       Tensor masked = empty(dy.shape(), dy.options());
       be.relu_backward(dy, y, masked);
       dy = masked;
+    } else if (is_gelu(act)) {
+      Tensor dz = empty(dy.shape(), dy.options());
+      be.gelu_backward(dy, z, dz, gelu_form(act));
+      dy = dz;
     }
     Tensor dx = next_edges[0].valid() ? empty(x.shape(), x.options()) : Tensor();
     Tensor dw = next_edges[1].valid() ? empty(w.shape(), w.options()) : Tensor();
@@ -157,21 +166,24 @@ struct LinearBackward final : Node {
     be.linear_backward(dy, x, w, dx, dw, db);
     return {dx, dw, db};
   }
-  void release_saved() override { x = w = y = Tensor(); }
+  void release_saved() override { x = w = y = z = Tensor(); }
   std::string name() const override { return "LinearBackward"; }
 };
 
-// y [N, M] = x [N, K]·wᵀ (+ b) on arguments linear() has validated, with the autograd node.
-Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+// y [N, M] = act(x [N, K]·wᵀ (+ b)) on arguments linear() has validated, with the autograd node.
+Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
   const Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
   const Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
   Tensor y = empty(Shape{x.shape()[0], w.shape()[0]}, x.options());
-  if (y.numel() > 0) backend_for(x.device()).linear_forward(xc, wc, bc, y, relu ? Activation::ReLU : Activation::None);
+  Tensor z = is_gelu(act) ? empty(y.shape(), y.options()) : Tensor();
+  if (y.numel() > 0) backend_for(x.device()).linear_forward(xc, wc, bc, y, act, z.defined() ? &z : nullptr);
   if (autograd::any_requires_grad({&x, &w, &b})) {
     auto node = std::make_shared<LinearBackward>();
     node->x = xc;
     node->w = wc;
-    if (relu) node->y = y.detach();
+    node->act = act;
+    if (act == Activation::ReLU) node->y = y.detach();
+    node->z = z;
     node->has_bias = b.defined();
     autograd::attach(node, {&x, &w, &b}, y);
   }
@@ -223,33 +235,53 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return c;
 }
 
+namespace {
+
 // The one shape check of a linear layer: nn::Linear and nn::functional::linear call this op
-// and rely on its messages (nn::Linear adds the layer's name in front).
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
-  if (auto cast = autocast::cast_inputs("linear", {&x, &w, &b})) return linear((*cast)[0], (*cast)[1], (*cast)[2], relu);
-  profiler::RecordScope profile_scope("linear", profiler::Kind::Op, {&x, &w, &b});
-  check_float_matrix(x, "linear", "x");
-  check_float_matrix(w, "linear", "weight");
-  check_same_device({&x, &w, &b}, "linear");
-  MINIDL_CHECK(x.dim() >= 1 && w.dim() == 2, "linear: expected x [..., in_features] and weight [out_features, ",
+// and rely on its messages (nn::Linear adds the layer's name in front). `op` names the caller.
+Tensor linear_with(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, const char* op) {
+  profiler::RecordScope profile_scope(op, profiler::Kind::Op, {&x, &w, &b});
+  check_float_matrix(x, op, "x");
+  check_float_matrix(w, op, "weight");
+  check_same_device({&x, &w, &b}, op);
+  MINIDL_CHECK(x.dim() >= 1 && w.dim() == 2, op, ": expected x [..., in_features] and weight [out_features, ",
                "in_features], got x ", x.shape(), " and weight ", w.shape());
-  MINIDL_CHECK(x.shape()[x.dim() - 1] == w.shape()[1], "linear: expected x with last dim ", w.shape()[1],
+  MINIDL_CHECK(x.shape()[x.dim() - 1] == w.shape()[1], op, ": expected x with last dim ", w.shape()[1],
                " (the in_features of weight ", w.shape(), "), got x ", x.shape());
-  MINIDL_CHECK(x.dtype() == w.dtype(), "linear: x is ", x.dtype(), " but weight is ", w.dtype());
+  MINIDL_CHECK(x.dtype() == w.dtype(), op, ": x is ", x.dtype(), " but weight is ", w.dtype());
   if (b.defined()) {
-    MINIDL_CHECK(b.dim() == 1 && b.shape()[0] == w.shape()[0], "linear: bias has shape ", b.shape(), ", expected [",
+    MINIDL_CHECK(b.dim() == 1 && b.shape()[0] == w.shape()[0], op, ": bias has shape ", b.shape(), ", expected [",
                  w.shape()[0], "] for weight ", w.shape());
-    MINIDL_CHECK(b.dtype() == w.dtype(), "linear: bias is ", b.dtype(), " but weight is ", w.dtype());
+    MINIDL_CHECK(b.dtype() == w.dtype(), op, ": bias is ", b.dtype(), " but weight is ", w.dtype());
   }
-  check_backend_computes(x, "linear", "x");
-  if (x.dim() == 2) return linear_rows(x, w, b, relu);
+  check_backend_computes(x, op, "x");
+  if (x.dim() == 2) return linear_rows(x, w, b, act);
   // x [..., in] as rows [N, in] (a view when x is contiguous; linear_rows copies otherwise
   // anyway); the output takes x's leading dims back. Autograd runs through both reshapes.
   Shape out_shape = x.shape();
   out_shape[out_shape.rank() - 1] = w.shape()[0];
   int64_t rows = 1;
   for (int d = 0; d < x.dim() - 1; ++d) rows *= x.shape()[d];
-  return linear_rows(x.reshape(Shape{rows, w.shape()[1]}), w, b, relu).reshape(out_shape);
+  return linear_rows(x.reshape(Shape{rows, w.shape()[1]}), w, b, act).reshape(out_shape);
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  if (auto cast = autocast::cast_inputs("linear", {&x, &w, &b})) return linear((*cast)[0], (*cast)[1], (*cast)[2], relu);
+  return linear_with(x, w, b, relu ? Activation::ReLU : Activation::None, "linear");
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, GeluApproximate approximate) {
+  // Autocast treats it as the linear it starts with; the GELU then runs in the linear's dtype,
+  // as a separate gelu would on that linear's output.
+  if (auto cast = autocast::cast_inputs("linear", {&x, &w, &b}))
+    return linear_gelu((*cast)[0], (*cast)[1], (*cast)[2], approximate);
+  MINIDL_CHECK(approximate == GeluApproximate::None || approximate == GeluApproximate::Tanh,
+               "linear_gelu: approximate must be GeluApproximate::None or GeluApproximate::Tanh, got ",
+               static_cast<int>(approximate));
+  return linear_with(x, w, b, approximate == GeluApproximate::Tanh ? Activation::GELUTanh : Activation::GELU,
+                     "linear_gelu");
 }
 
 }  // namespace minidl::ops

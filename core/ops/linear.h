@@ -1,6 +1,7 @@
 // matmul (torch.matmul's shapes) and linear(x, W, b) = x·Wᵀ + b as one op (bias fused into the GEMM).
 #pragma once
 
+#include "core/ops/gelu.h"
 #include "core/tensor.h"
 
 namespace minidl::ops {
@@ -14,5 +15,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // Every argument is checked here, once, for nn::Linear and nn::functional::linear too: a
 // wrong shape or dtype throws minidl::Error naming linear, x's shape and weight's shape.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
+// gelu(linear(x, w, b), approximate) with the GELU in the GEMM's epilogue: the same values (and,
+// in float32 and 16 bits, the same bits) as the two ops, without a second pass over the
+// pre-activation. Same checks and messages as linear, naming linear_gelu.
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+                   GeluApproximate approximate = GeluApproximate::None);
 
 }  // namespace minidl::ops

@@ -97,7 +97,8 @@ class CpuBackend final : public Backend {
   void argmax_rows(const Tensor& x, Tensor& out) override;
 
   void matmul(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b) override;
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) override;
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act,
+                      Tensor* pre_activation) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw, Tensor& db) override;
 
   void log_softmax_forward(const Tensor& x, Tensor& y) override;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -22,37 +23,6 @@ namespace minidl::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kSqrt1_2 = 0.70710678118654752440f;      // 1/√2
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;   // 1/√(2π)
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // √(2/π)
-constexpr float kKappa = 0.044715f;
-
-// ---- the math, per element ----
-
-template <GeluApproximate kForm>
-__device__ inline float gelu_value(float x) {
-  if constexpr (kForm == GeluApproximate::None) {
-    return 0.5f * x * erfcf(-x * kSqrt1_2);
-  } else {
-    const float u = kSqrt2OverPi * (x + kKappa * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-  }
-}
-
-template <GeluApproximate kForm>
-__device__ inline float gelu_derivative(float x) {
-  if constexpr (kForm == GeluApproximate::None) {
-    return 0.5f * erfcf(-x * kSqrt1_2) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
-  } else {
-    const float u = kSqrt2OverPi * (x + kKappa * x * x * x);
-    const float s = 1.0f / (1.0f + expf(-2.0f * u));     // σ(2u)
-    const float s_neg = 1.0f / (1.0f + expf(2.0f * u));  // σ(−2u) = 1 − σ(2u)
-    const float both = s * s_neg;
-    if (both == 0.0f) return s;  // Note [GELU without cancellation]: no 0·inf when x² overflows
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kKappa * x * x);
-    return s + 2.0f * x * both * du;
-  }
-}
 
 // ---- kernels ----
 

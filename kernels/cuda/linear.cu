@@ -12,7 +12,8 @@
 //   matmul:   C[M, N] = op(A) · op(B)
 //   batched:  C[i] = op(A[i]) · op(B[i]) for i < batch, operands at batch strides (0: broadcast),
 //             one launch of the batch (simt_gemm.cu: grid.z) or cuBLAS's strided-batched GEMM
-//   forward:  y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M])   — B = W read transposed, bias/ReLU fused
+//   forward:  y[N, M] = act(x[N, K] · W[M, K]ᵀ + b[M])   — B = W read transposed, bias and
+//             ReLU or GELU fused (a GELU also writes its input z = x·Wᵀ + b for the backward)
 //   backward: dx[N, K] = dy[N, M] · W[M, K]               — both as stored
 //             dW[M, K] = dy[N, M]ᵀ · x[N, K]              — A = dy read transposed
 //             db[M]    = Σ_rows dy                         — column_sum, below
@@ -98,7 +99,8 @@ void run_gemm(CudaBackend& be, const GemmProblem& p) {
   if (p.m == 0 || p.n == 0) return;
   MINIDL_INTERNAL_ASSERT(p.batch == 1 || p.k >= 1, "a batch with K = 0");  // matmul writes those zeros itself
   if (p.k == 0) {  // the empty sum: C = act(0 + bias)
-    bias_activation(p.dtype, p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/false, be.stream());
+    bias_activation(p.dtype, p.c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/false, be.stream(), p.gelu_out,
+                    p.gelu_form);
     return;
   }
   // A 16-bit problem is here only when its caller did not stage it for cuBLAS, so it runs on the
@@ -228,10 +230,17 @@ void CudaBackend::matmul_batched(const Tensor& a, const Tensor& b, Tensor& c, co
   run_gemm(*this, p);
 }
 
-void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act) {
+void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, Activation act,
+                                 Tensor* pre_activation) {
   if (staged_for_cublas({&x, &w, &bias, &y})) {  // float32 copies for cublasSgemm (kernels/half_staging.h)
+    if (is_gelu(act)) {
+      // The GELU must read the pre-activation rounded to 16 bits (Activation in core/backend.h),
+      // which the float32 copy is not: the product, then a separate GELU on it.
+      linear_forward(x, w, bias, *pre_activation, Activation::None, nullptr);
+      return gelu_forward(*pre_activation, y, gelu_form(act));
+    }
     HalfStaging s;
-    linear_forward(s.in(x), s.in(w), s.in(bias), s.out(y), act);
+    linear_forward(s.in(x), s.in(w), s.in(bias), s.out(y), act, nullptr);
     return s.commit();
   }
   MINIDL_INTERNAL_ASSERT(same_floating_matrices({&x, &w, &y}) && same_floating({&y, &bias}) &&
@@ -247,10 +256,16 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   p.b = w.raw_data();  // W [out, in] read as Wᵀ [in, out]
   p.ldb = p.k;
   p.trans_b = true;
-  p.c = y.raw_data();
   p.ldc = p.n;
   p.bias = bias.defined() ? bias.raw_data() : nullptr;
   p.relu = act == Activation::ReLU;
+  if (is_gelu(act)) {  // C is the pre-activation, gelu_out y
+    p.c = pre_activation->raw_data();
+    p.gelu_out = y.raw_data();
+    p.gelu_form = gelu_form(act);
+  } else {
+    p.c = y.raw_data();
+  }
   run_gemm(*this, p);
 }
 

@@ -156,7 +156,8 @@ MLP::MLP(const GPTConfig& c) {
   dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));
 }
 
-Tensor MLP::forward(const Tensor& x) { return (*dropout)((*c_proj)(ops::gelu((*c_fc)(x)))); }
+// gelu(c_fc(x)) in one op: the GELU runs in c_fc's GEMM epilogue (ops::linear_gelu), same bits.
+Tensor MLP::forward(const Tensor& x) { return (*dropout)((*c_proj)(c_fc->forward_gelu(x))); }
 
 Block::Block(const GPTConfig& c) {
   ln_1 = register_module("ln_1", std::make_shared<nn::LayerNorm>(c.n_embd, 1e-5, true, c.bias));

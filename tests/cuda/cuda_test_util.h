@@ -10,6 +10,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cuda_runtime.h>
 
 #include <cmath>
 #include <sstream>
@@ -24,6 +25,13 @@
 namespace minidl::cuda_test {
 
 inline const Device kGpu = Device::cuda(0);
+
+// cuda:0's streaming multiprocessors (the GEMM plans depend on them).
+inline int device_sm_count() {
+  int sms = 0;
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  return sms;
+}
 
 // Uniform in [lo, hi) on the CPU from its own seeded generator (fresh per test and per seed).
 inline Tensor random_cpu(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {

@@ -975,12 +975,6 @@ void check_gemm(const Tensor& got, const Tensor& want, const Tensor& scale, cons
   CHECK(bad == 0);
 }
 
-int device_sm_count() {
-  int sms = 0;
-  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
-  return sms;
-}
-
 std::string plan_str(const cuda::NativeGemmPlan& p) {
   return std::string(cuda::gemm_tile_name(p.tile)) + ", " + std::to_string(p.splits) + " K slice(s) of " +
          std::to_string(p.k_split);

@@ -83,12 +83,6 @@ std::string plan_str(const cuda::NativeGemmPlan& p) {
          std::to_string(p.k_split);
 }
 
-int device_sm_count() {
-  int sms = 0;
-  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
-  return sms;
-}
-
 // The path a plan takes through simt_gemm.cu: its tile, and whether it splits K.
 std::string path_of(const cuda::NativeGemmPlan& p) {
   return std::string(cuda::gemm_tile_name(p.tile)) + (p.splits > 1 ? " split K" : "");
@@ -267,7 +261,7 @@ TEST_CASE("cuda linear forward with and without bias and relu matches the cpu fo
       for (Activation act : {Activation::None, Activation::ReLU}) {
         const Tensor bias_cpu = with_bias ? b : Tensor(), bias_gpu = with_bias ? bg : Tensor();
         Tensor want = empty({s.m, s.n}, on_cpu());
-        cpu_backend().linear_forward(x, w, bias_cpu, want, act);
+        cpu_backend().linear_forward(x, w, bias_cpu, want, act, nullptr);
         // ReLU is 1-Lipschitz, so the bound of the pre-activation still holds after it.
         const Tensor scale = product_scale(x, w, false, true, s.m, s.n, bias_cpu);
         const std::string what = std::string("linear_forward bias=") + (with_bias ? "yes" : "no") +
@@ -275,7 +269,7 @@ TEST_CASE("cuda linear forward with and without bias and relu matches the cpu fo
         for (GemmImpl impl : kImpls) {
           GemmImplScope scope(impl);
           Tensor got = nan_gpu({s.m, s.n});
-          backend_for(kGpu).linear_forward(xg, wg, bias_gpu, got, act);
+          backend_for(kGpu).linear_forward(xg, wg, bias_gpu, got, act, nullptr);
           check_gemm_close(got, want, scale, describe(what.c_str(), s, impl));
         }
       }
@@ -366,14 +360,14 @@ TEST_CASE("cuda GEMMs with an empty inner dimension write the bias or zeros", "[
     // linear with no input features: y = act(b) on every row.
     const Tensor bias = from_vector<float>({1.5f, -2.0f, 0.0f, 3.0f}, {4}, on_cpu());
     Tensor y = nan_gpu({3, 4});
-    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), bias.to(kGpu), y, Activation::None);
+    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), bias.to(kGpu), y, Activation::None, nullptr);
     check_equal(y, from_vector<float>({1.5f, -2, 0, 3, 1.5f, -2, 0, 3, 1.5f, -2, 0, 3}, {3, 4}, on_cpu()), "K = 0, bias");
     Tensor yr = nan_gpu({3, 4});
-    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), bias.to(kGpu), yr, Activation::ReLU);
+    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), bias.to(kGpu), yr, Activation::ReLU, nullptr);
     check_equal(yr, from_vector<float>({1.5f, 0, 0, 3, 1.5f, 0, 0, 3, 1.5f, 0, 0, 3}, {3, 4}, on_cpu()),
                 "K = 0, bias, relu");
     Tensor y0 = nan_gpu({3, 4});
-    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), Tensor(), y0, Activation::None);
+    gpu.linear_forward(zeros({3, 0}, on_gpu()), zeros({4, 0}, on_gpu()), Tensor(), y0, Activation::None, nullptr);
     check_equal(y0, zeros({3, 4}, on_cpu()), "K = 0, no bias");
 
     // linear backward with an empty batch: dW and db are empty sums (zeros), dx has no elements.

@@ -65,12 +65,6 @@ std::string describe(const std::string& what, DType half, const GemmShape& s, bo
   return o.str();
 }
 
-int device_sm_count() {
-  int sms = 0;
-  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
-  return sms;
-}
-
 TensorOptions f32_cpu() { return TensorOptions(DType::Float32, Device::cpu()); }
 
 // Uniform(-1, 1) values rounded to `half`, as a 16-bit CPU tensor (fresh for each seed).
@@ -365,10 +359,10 @@ TEST_CASE("16-bit cuda linear forward with bias and relu matches float32 and rou
             const Tensor bias = with_bias ? b : Tensor();
             const Reference ref = reference_gemm(x, w, false, true, s.m, s.n, bias, relu);
             Tensor y = nan_half({s.m, s.n}, half);
-            gpu.linear_forward(x.to(kGpu), w.to(kGpu), with_bias ? b.to(kGpu) : Tensor(), y, act);
+            gpu.linear_forward(x.to(kGpu), w.to(kGpu), with_bias ? b.to(kGpu) : Tensor(), y, act, nullptr);
             Tensor y32 = empty({s.m, s.n}, TensorOptions(DType::Float32, kGpu));
             gpu.linear_forward(widened(x).to(kGpu), widened(w).to(kGpu), with_bias ? widened(b).to(kGpu) : Tensor(), y32,
-                               act);
+                               act, nullptr);
             const cuda::NativeGemmPlan plan = cuda::native_gemm_plan(s.m, s.n, s.k, device_sm_count());
             const std::string what = describe(std::string("linear_forward bias=") + (with_bias ? "yes" : "no") +
                                                   " relu=" + (relu ? "yes" : "no") + " (native plan " +
@@ -434,7 +428,7 @@ TEST_CASE("16-bit cuda GEMMs with an empty inner dimension write the rounded bia
       const Tensor bias = from_vector<float>({1.5f, -2.0f, 0.1f, 3.0f}, {4}).to(half);
       for (Activation act : {Activation::None, Activation::ReLU}) {
         Tensor y = nan_half({3, 4}, half);
-        gpu.linear_forward(zeros({3, 0}, on_gpu), zeros({4, 0}, on_gpu), bias.to(kGpu), y, act);
+        gpu.linear_forward(zeros({3, 0}, on_gpu), zeros({4, 0}, on_gpu), bias.to(kGpu), y, act, nullptr);
         const Tensor row = act == Activation::ReLU ? from_vector<float>({1.5f, 0.0f, 0.1f, 3.0f}, {4}).to(half) : bias;
         CHECK(bits_of(y) == bits_of(row.view({1, 4}).expand({3, 4}).contiguous()));
       }

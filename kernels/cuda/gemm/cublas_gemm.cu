@@ -1,5 +1,6 @@
 // The cuBLAS baseline of the CUDA GEMM: the same row-major problem as simt_gemm.cu (gemm.h,
-// GemmProblem) through cublasSgemm in plain fp32, then bias and ReLU in a small epilogue kernel.
+// GemmProblem) through cublasSgemm in plain fp32, then bias and ReLU or GELU in a small epilogue
+// kernel.
 // float32 operands only: linear.cu gives this path 16-bit products as float32 copies (HalfStaging).
 //
 // Note [row-major through column-major cuBLAS]
@@ -17,7 +18,7 @@
 //
 // bias_activation: C[i, j] = act((accumulate ? C[i, j] : 0) + bias[j]) over [m, n] with row
 // stride ldc, C and bias float32 or 16-bit (half.cuh: widened on load, float32 math, one rounding
-// on store). Blocks of 32×8 threads: x runs along a row (coalesced), y over rows; both loops
+// on store; epilogue.cuh). Blocks of 32×8 threads: x runs along a row (coalesced), y over rows; both loops
 // grid-stride so any m, n fit the grid limits.
 #include "kernels/cuda/gemm/gemm.h"
 
@@ -26,6 +27,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm/epilogue.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -40,16 +42,16 @@ constexpr int kEpilogueRows = 8;   // rows per block pass
 
 template <typename T>
 __global__ void bias_activation_kernel(T* __restrict__ c, int64_t m, int64_t n, int64_t ldc,
-                                       const T* __restrict__ bias, bool relu, bool accumulate) {
+                                       const T* __restrict__ bias, bool accumulate, T* __restrict__ gelu_out,
+                                       EpilogueAct act) {
   for (int64_t i = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; i < m;
        i += static_cast<int64_t>(gridDim.y) * blockDim.y) {
-    T* row = c + i * ldc;  // row i of C [m, n]
     for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      float v = accumulate ? to_float(row[j]) : 0.0f;
+      const int64_t at = i * ldc + j;  // element (i, j) of C [m, n]
+      float v = accumulate ? to_float(c[at]) : 0.0f;
       if (bias != nullptr) v += to_float(bias[j]);
-      if (relu && v < 0.0f) v = 0.0f;  // NaN stays NaN, as on the CPU
-      row[j] = from_float<T>(v);
+      store_epilogue(c, gelu_out, at, v, act);
     }
   }
 }
@@ -59,9 +61,14 @@ __global__ void bias_activation_kernel(T* __restrict__ c, int64_t m, int64_t n, 
 // ---- launchers ----
 
 void bias_activation(DType dtype, void* c, int64_t m, int64_t n, int64_t ldc, const void* bias, bool relu,
-                     bool accumulate, cudaStream_t stream) {
+                     bool accumulate, cudaStream_t stream, void* gelu_out, GeluApproximate gelu_form) {
   if (m == 0 || n == 0) return;
-  if (accumulate && bias == nullptr && !relu) return;  // identity
+  if (accumulate && bias == nullptr && !relu && gelu_out == nullptr) return;  // identity
+  GemmProblem p;  // its activation only
+  p.relu = relu;
+  p.gelu_out = gelu_out;
+  p.gelu_form = gelu_form;
+  const EpilogueAct act = epilogue_act(p);
   const dim3 block(kEpilogueCols, kEpilogueRows);
   const int64_t grid_x = std::min<int64_t>(ceil_div(n, kEpilogueCols), 1024);
   const int64_t grid_y = std::min<int64_t>(ceil_div(m, kEpilogueRows), 65535);
@@ -69,7 +76,7 @@ void bias_activation(DType dtype, void* c, int64_t m, int64_t n, int64_t ldc, co
   dispatch_float_and_half(dtype, [&](auto tag) {
     using T = decltype(tag);
     MINIDL_LAUNCH(bias_activation_kernel<T>, grid, block, 0, stream, static_cast<T*>(c), m, n, ldc,
-                  static_cast<const T*>(bias), relu, accumulate);
+                  static_cast<const T*>(bias), accumulate, static_cast<T*>(gelu_out), act);
   });
 }
 
@@ -101,8 +108,9 @@ void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stre
       if (profiler::active()) profiler::note_launch();
     }
   }
-  for (int64_t i = 0; i < p.batch; ++i)  // returns at once when there is neither bias nor ReLU
-    bias_activation(DType::Float32, c + i * p.stride_c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/true, stream);
+  for (int64_t i = 0; i < p.batch; ++i)  // returns at once when there is neither bias nor activation
+    bias_activation(DType::Float32, c + i * p.stride_c, p.m, p.n, p.ldc, p.bias, p.relu, /*accumulate=*/true, stream,
+                    p.gelu_out != nullptr ? static_cast<float*>(p.gelu_out) + i * p.stride_c : nullptr, p.gelu_form);
 }
 
 }  // namespace minidl::cuda

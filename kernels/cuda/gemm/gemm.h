@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/ops/gelu.h"
 #include "kernels/cuda/gemm/gemm_plan.h"
 
 namespace minidl::cuda {
@@ -18,7 +19,10 @@ namespace minidl::cuda {
 //   A is [M, K] with row stride lda, or [K, M] when trans_a (op(A) = Aᵀ);
 //   B is [K, N] with row stride ldb, or [N, K] when trans_b;
 //   C is [M, N] with row stride ldc; bias is [N] added to every row, or nullptr;
-//   act is ReLU (v < 0 ? 0 : v, so NaN stays NaN as on the CPU) when relu, else identity.
+//   act is ReLU (v < 0 ? 0 : v, so NaN stays NaN as on the CPU) when relu, else identity;
+//   with gelu_out set (and relu false), C gets the pre-activation v and gelu_out (C's layout:
+//   ldc, stride_c) gets gelu(v) in gelu_form, computed from C's rounded value: the bits of the
+//   product followed by a separate GELU, in the same pass (epilogue.cuh).
 // dtype is float32, bfloat16 or float16, one for A, B, C and bias alike (the pointers are untyped
 // so that one description serves the three). The math is float32 whatever the dtype: 16-bit
 // elements are widened as they are read and C is rounded once as it is written. Leading
@@ -36,6 +40,8 @@ struct GemmProblem {
   int64_t ldc = 0;
   const void* bias = nullptr;
   bool relu = false;
+  void* gelu_out = nullptr;
+  GeluApproximate gelu_form = GeluApproximate::None;
   // A strided batch of such products: product i reads A + i·stride_a and B + i·stride_b (0: the
   // same matrix for every product) and writes C + i·stride_c. The bias and ReLU apply to each.
   // The native kernel runs a batch only on a plan that keeps K whole (native_batched_gemm_plan).
@@ -74,8 +80,10 @@ void cublas_sgemm(const GemmProblem& p, cublasHandle_t handle, cudaStream_t stre
 
 // C[i, j] = act((accumulate ? C[i, j] : 0) + (bias ? bias[j] : 0)) over [m, n] with row stride
 // ldc, C and bias of `dtype` (float32, bfloat16 or float16; computed in float32, rounded once)
-// (cublas_gemm.cu): the cuBLAS path's epilogue, and the whole product when K = 0.
+// (cublas_gemm.cu): the cuBLAS path's epilogue, and the whole product when K = 0. act is ReLU
+// when relu, or GELU in gelu_form into gelu_out (C's layout) when gelu_out is set.
 void bias_activation(DType dtype, void* c, int64_t m, int64_t n, int64_t ldc, const void* bias, bool relu,
-                     bool accumulate, cudaStream_t stream);
+                     bool accumulate, cudaStream_t stream, void* gelu_out = nullptr,
+                     GeluApproximate gelu_form = GeluApproximate::None);
 
 }  // namespace minidl::cuda

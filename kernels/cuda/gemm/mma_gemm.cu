@@ -31,7 +31,8 @@
 //   - Warps: WARPS_M × WARPS_N warps, each a WM × WN warp tile of (WM/16) × (WN/8) mma tiles; per
 //     16 of k a warp loads WM/16 A fragments (ldmatrix.x4 each) and WN/8 B fragments (ldmatrix.x4
 //     per two) and issues (WM/16)·(WN/8) mma. Accumulators: WM·WN/32 floats a thread.
-//   - Epilogue: + bias[j] (16-bit, widened), ReLU, one rounding, guarded stores of 16 bits.
+//   - Epilogue: + bias[j] (16-bit, widened), ReLU or GELU, one rounding, guarded stores of 16
+//     bits (epilogue.cuh).
 //
 // Tiles (block tile BM×BN, BK = 32; shared memory for 3 stages of A and B):
 //   large 128×128, 8 warps (2×4) of 64×32: 64 accumulators a thread; 48 KiB
@@ -46,6 +47,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm/epilogue.cuh"
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/gemm/warp_matrix.cuh"
 #include "kernels/cuda/half.cuh"
@@ -83,7 +85,8 @@ struct MmaArgs {
   int m = 0, n = 0, k = 0;
   int tiles_m = 0;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
-  bool relu = false;
+  T* gelu_out = nullptr;  // C's layout; written when act.gelu
+  EpilogueAct act;        // ReLU or GELU (epilogue.cuh)
   bool vec_a = false, vec_b = false;  // whole 16-byte chunks allowed (alignment, ld, stride)
 };
 
@@ -261,6 +264,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) mma_gemm_kernel(const MmaArgs
 
   // Epilogue: c[i] of tile (i, j) is C[row0 + group + 8·(i / 2)][col0 + 2·tig + (i % 2)].
   T* const c = args.c + product * args.stride_c;
+  T* const gelu_out = args.act.gelu ? args.gelu_out + product * args.stride_c : nullptr;
 #pragma unroll
   for (int j = 0; j < NI; ++j) {
     const int col = wn0 + j * 8 + 2 * tig;  // local to the block tile; this lane's two columns
@@ -274,13 +278,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) mma_gemm_kernel(const MmaArgs
       for (int h = 0; h < 2; ++h) {
         const int row = wm0 + i * 16 + group + 8 * h;
         if (row >= m_left) continue;
-        T* out = c + static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);
+        const int64_t at = static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);  // in C and gelu_out
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          float v = acc[i][j][2 * h + q] + bias2[q];
-          if (args.relu && v < 0.0f) v = 0.0f;
-          if (col + q < n_left) out[q] = from_float<T>(v);
-        }
+        for (int q = 0; q < 2; ++q)
+          if (col + q < n_left) store_epilogue(c, gelu_out, at + q, acc[i][j][2 * h + q] + bias2[q], args.act);
       }
   }
 }
@@ -337,7 +338,8 @@ void mma_gemm_typed(const GemmProblem& p, GemmKernel kernel, MmaTile tile, cudaS
   args.stride_a = p.stride_a;
   args.stride_b = p.stride_b;
   args.stride_c = p.stride_c;
-  args.relu = p.relu;
+  args.gelu_out = static_cast<T*>(p.gelu_out);
+  args.act = epilogue_act(p);
   args.vec_a = chunks_allowed<T>(p.a, p.lda, p.stride_a);
   args.vec_b = chunks_allowed<T>(p.b, p.ldb, p.stride_b);
   // The pipeline on either tile; the two teaching rungs on the large tile only.

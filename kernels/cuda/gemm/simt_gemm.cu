@@ -97,6 +97,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm/epilogue.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -153,7 +154,8 @@ struct SgemmArgs {
   int k_split = 0;  // K values per slice; block y takes k in [y·k_split, min(K, (y+1)·k_split))
   int64_t split_stride = 0;  // elements between the outputs of consecutive slices (0: one slice)
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between consecutive products (grid.z)
-  bool relu = false;
+  TOut* gelu_out = nullptr;  // C's layout; written when act.gelu
+  EpilogueAct act;           // ReLU or GELU (epilogue.cuh)
   bool vec_a = false, vec_b = false, vec_c = false;  // 4-element vector access allowed (vec4_t)
 };
 
@@ -237,6 +239,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
   const int k_len = min(args.k - k_begin, args.k_split);
   const int64_t product = blockIdx.z;  // which product of a batch (0 for a single GEMM)
   TOut* const c = args.c + product * args.stride_c + blockIdx.y * args.split_stride;  // C, or this slice's partial
+  TOut* const gelu_out = args.act.gelu ? args.gelu_out + product * args.stride_c : nullptr;  // never split
   const TIn* const a = args.a + product * args.stride_a;
   const TIn* const b = args.b + product * args.stride_b;
 
@@ -320,7 +323,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
     __syncthreads();
   }
 
-  // Epilogue: + bias, ReLU, store what lies inside C (rounded once to TOut).
+  // Epilogue: + bias, ReLU or GELU, store what lies inside C (rounded once to TOut; epilogue.cuh).
 #pragma unroll
   for (int j = 0; j < Cfg::WNITER; ++j) {
     const int col = col_base + j * Cfg::SUB_N;  // first of 4 columns, local to the tile
@@ -334,19 +337,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
       for (int r = 0; r < 4; ++r) {
         const int row = row_base + i * Cfg::SUB_M + r;
         if (row >= m_left) continue;
-        float o[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          o[q] = acc[i * 4 + r][j * 4 + q] + bias4[q];
-          if (args.relu && o[q] < 0.0f) o[q] = 0.0f;
-        }
-        TOut* out = c + static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);
+        const int64_t at = static_cast<int64_t>(m0 + row) * args.ldc + (n0 + col);  // in C and gelu_out
         if (args.vec_c && col + 3 < n_left) {
-          *reinterpret_cast<vec4_t<TOut>*>(out) = pack4<TOut>(o);
+          float o[4], g[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            o[q] = acc[i * 4 + r][j * 4 + q] + bias4[q];
+            if (args.act.relu && o[q] < 0.0f) o[q] = 0.0f;
+            g[q] = args.act.gelu ? gelu_value(to_float(from_float<TOut>(o[q])), args.act.gelu_form) : 0.0f;
+          }
+          *reinterpret_cast<vec4_t<TOut>*>(c + at) = pack4<TOut>(o);
+          if (args.act.gelu) *reinterpret_cast<vec4_t<TOut>*>(gelu_out + at) = pack4<TOut>(g);
         } else {
 #pragma unroll
           for (int q = 0; q < 4; ++q)
-            if (col + q < n_left) out[q] = from_float<TOut>(o[q]);
+            if (col + q < n_left) store_epilogue(c, gelu_out, at + q, acc[i * 4 + r][j * 4 + q] + bias4[q], args.act);
         }
       }
     }
@@ -358,7 +363,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_tiled_ker
 // consecutive threads take consecutive j.
 template <typename T>
 __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t splits, int64_t m, int64_t n,
-                                     T* __restrict__ c, int64_t ldc, const T* __restrict__ bias, bool relu) {
+                                     T* __restrict__ c, int64_t ldc, const T* __restrict__ bias,
+                                     T* __restrict__ gelu_out, EpilogueAct act) {
   const int64_t total = m * n;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -366,8 +372,7 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int64_t 
     float v = 0.0f;
     for (int64_t s = 0; s < splits; ++s) v += partial[s * total + idx];
     if (bias != nullptr) v += to_float(bias[j]);
-    if (relu && v < 0.0f) v = 0.0f;
-    c[i * ldc + j] = from_float<T>(v);
+    store_epilogue(c, gelu_out, i * ldc + j, v, act);
   }
 }
 
@@ -464,8 +469,10 @@ void native_sgemm_typed(const GemmProblem& p, const NativeGemmPlan& plan, int sm
     args.ldc = p.ldc;
     args.stride_c = p.stride_c;
     args.bias = static_cast<const T*>(p.bias);
-    args.relu = p.relu;
-    args.vec_c = vectors_allowed<T>(p.c, p.ldc, p.stride_c);
+    args.gelu_out = static_cast<T*>(p.gelu_out);
+    args.act = epilogue_act(p);
+    args.vec_c = vectors_allowed<T>(p.c, p.ldc, p.stride_c) &&
+                 (p.gelu_out == nullptr || vectors_allowed<T>(p.gelu_out, p.ldc, p.stride_c));
     launch_for_plan(p, plan, args, stream);
     return;
   }
@@ -478,7 +485,8 @@ void native_sgemm_typed(const GemmProblem& p, const NativeGemmPlan& plan, int sm
   launch_for_plan(p, plan, args, stream);
   const unsigned blocks = grid_for(p.m * p.n, kReduceThreads, sm_count);
   MINIDL_LAUNCH(splitk_reduce_kernel<T>, blocks, kReduceThreads, 0, stream, workspace, plan.splits, p.m, p.n,
-                static_cast<T*>(p.c), p.ldc, static_cast<const T*>(p.bias), p.relu);
+                static_cast<T*>(p.c), p.ldc, static_cast<const T*>(p.bias), static_cast<T*>(p.gelu_out),
+                epilogue_act(p));
 }
 
 }  // namespace
