@@ -45,7 +45,9 @@ constexpr const char* binary_op_name(BinaryOp op) {
 // The activation a GEMM's epilogue applies (Backend::linear_forward). ReLU is applied in place;
 // the GELU forms (core/ops/gelu.h) write two outputs, since GELU's backward needs its input: the
 // pre-activation z, rounded to the output's dtype, and gelu(z) computed from that rounded z, so the
-// bits are those of the product followed by a separate gelu, with one pass over z saved.
+// bits are those of the product followed by a separate gelu. The CUDA GEMMs apply it in their
+// epilogue, saving a pass over z; the CPU runs that separate pass (Note [GELU after the CPU GEMM,
+// not in it] in kernels/cpu/linear.cpp).
 enum class Activation : uint8_t { None, ReLU, GELU, GELUTanh };
 inline bool is_gelu(Activation act) { return act == Activation::GELU || act == Activation::GELUTanh; }
 inline GeluApproximate gelu_form(Activation act) {

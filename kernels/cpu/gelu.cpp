@@ -19,11 +19,41 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace minidl::cpu {
 
 namespace {
+
+template <typename T>
+struct GeluConstants {
+  static constexpr T kSqrt1_2 = T(0.70710678118654752440);      // 1/√2
+  static constexpr T kInvSqrt2Pi = T(0.39894228040143267794);   // 1/√(2π)
+  static constexpr T kSqrt2OverPi = T(0.79788456080286535588);  // √(2/π)
+  static constexpr T kKappa = T(0.044715);
+};
+
+template <typename T>
+T gelu_value(T x, GeluApproximate form) {
+  using C = GeluConstants<T>;
+  if (form == GeluApproximate::None) return T(0.5) * x * fast_erfc(-x * C::kSqrt1_2);
+  const T u = C::kSqrt2OverPi * (x + C::kKappa * x * x * x);
+  return x / (T(1) + std::exp(T(-2) * u));
+}
+
+template <typename T>
+T gelu_derivative(T x, GeluApproximate form) {
+  using C = GeluConstants<T>;
+  if (form == GeluApproximate::None)
+    return T(0.5) * fast_erfc(-x * C::kSqrt1_2) + x * C::kInvSqrt2Pi * fast_exp_or_zero(T(-0.5) * x * x);
+  const T u = C::kSqrt2OverPi * (x + C::kKappa * x * x * x);
+  const T s = T(1) / (T(1) + std::exp(T(-2) * u));  // σ(2u)
+  const T s_neg = T(1) / (T(1) + std::exp(T(2) * u));  // σ(−2u) = 1 − σ(2u)
+  const T both = s * s_neg;
+  if (both == T(0)) return s;  // Note [GELU without cancellation]
+  const T du = C::kSqrt2OverPi * (T(1) + T(3) * C::kKappa * x * x);
+  return s + T(2) * x * both * du;
+}
 
 // Note [GELU in 16 bits by blocks]: for 16-bit elements. Converting inside the math loop keeps it
 // from vectorising (a float16 conversion is an instruction per element and a NaN test), so each
@@ -45,7 +75,13 @@ template <typename T>
 void gelu_forward_half(const T* px, T* py, int64_t n, GeluApproximate form) {
   by_blocks(n, [&](int64_t begin, int64_t count, float* in, float*, float* out) {
     for (int64_t i = 0; i < count; ++i) in[i] = px[begin + i];
-    gelu_values(in, out, count, form);
+    if (form == GeluApproximate::None) {
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) out[i] = gelu_value<float>(in[i], GeluApproximate::None);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) out[i] = gelu_value<float>(in[i], GeluApproximate::Tanh);
+    }
     for (int64_t i = 0; i < count; ++i) py[begin + i] = T(out[i]);
   });
 }

@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/gelu.h"
 #include "kernels/half_staging.h"
 
 namespace minidl::cpu {
@@ -30,70 +29,44 @@ OpStrides op_strides(const Tensor& x, bool trans) {
   return trans ? OpStrides{1, cols} : OpStrides{cols, 1};
 }
 
-// A panel of rows of C holds about this much (gemm_into): the float32 buffer of a 16-bit product,
-// and the rows a fused GELU reads back.
+// The float32 buffer of a 16-bit product holds about this much: a panel of rows of C.
 // A float32 copy of all of C would be the largest temporary of a 16-bit training step — the
 // char-GPT's c_fc output at batch 8 and context 256 is 2048 x 1024, 8 MiB in float32, alive at
 // the step's memory peak — while a panel of 1 MiB stays in the L2 cache between the GEMM that
 // writes it and the rounding that reads it.
 constexpr int64_t kPanelBytes = int64_t{1} << 20;
 
-// Runs g (its A, B, K, bias and ReLU set) into c, a contiguous [g.m, g.n] of T, and with gelu_out
-// also gelu_out = gelu(c) in `form`. float and double without a GELU are written in one call.
-// Otherwise C goes by panels of whole rows, each finished while it is in the L2 cache: the GEMM
-// writes the panel (in float32 for a 16-bit C, then each element is rounded once into C), and the
-// GELU of the panel's rows, computed from C's values as stored, goes into gelu_out — the bits of a
-// separate gelu op on C (kernels/cpu/gelu.h holds the one expression both use).
-// Every panel sees all of K, and the panels are of equal size (give or take a row), at least 32
-// rows once C needs more than one, so each is large enough for the blocked path whenever C as a
-// whole is (gemm: more than 32³ products; a panel has at least 2^17 / n · n · k of them). So C is
-// what one GEMM (rounded at the end) gives, bit for bit. A panel holds about kPanelBytes, and at
-// least 64 rows of C before balancing: a C wider than 4096 columns takes more. B is packed again
-// for each panel: K · N values against the panel's rows · N · K multiply-adds.
-// Why panels and not the GEMM's own tile epilogue: GELU costs about 60 flops an element (two
-// exponentials and a division), so it is bound by arithmetic, not memory; run on each 8×32 tile
-// as the micro-kernel stores it, it made the c_fc layer slower than the product followed by a
-// separate pass (bench_gemm --gelu: 16.1 against 15.1 ms for the larger char-GPT's c_fc on one
-// thread), its short loops and a second stream of missing stores inside the GEMM. A panel's rows
-// are long, vectorised loops over data still in L2.
+// Runs g (its A, B, K, bias and ReLU set) into c, a contiguous [g.m, g.n] of T. float and double
+// are written in place. A 16-bit C goes by panels of whole rows: the GEMM writes a panel in
+// float32 and each element is rounded once into C. Every panel sees all of K, and the panels
+// are of equal size (give or take a row), at least 32 rows once C needs more than one, so
+// each is large enough for the blocked path whenever C as a whole is (gemm: more than 32³
+// products; a panel has at least 2^17 / n · n · k of them). So C is what one float32 GEMM
+// rounded at the end gives, bit for bit. A panel holds about kPanelBytes, and at least 64 rows
+// of C before balancing: a C wider than 4096 columns takes more. B is packed again for each
+// panel: K · N values against the panel's rows · N · K multiply-adds.
 template <typename T>
-void gemm_into(GemmArgs<compute_t<T>, T> g, T* c, T* gelu_out = nullptr, GeluApproximate form = GeluApproximate::None) {
-  using C = compute_t<T>;
-  constexpr bool in_place = std::is_same_v<C, T>;  // float or double: C is written directly
+void gemm_into(GemmArgs<compute_t<T>, T> g, T* c) {
   g.ldc = g.n;
-  if constexpr (in_place) {
-    if (gelu_out == nullptr) {
-      g.c = c;
-      gemm(g);
-      return;
+  if constexpr (std::is_same_v<compute_t<T>, T>) {
+    g.c = c;
+    gemm(g);
+  } else {
+    const int64_t fit = kPanelBytes / static_cast<int64_t>(sizeof(float) * std::max<int64_t>(g.n, 1));
+    const int64_t most = std::max<int64_t>(64, fit / 64 * 64);  // rows a panel may hold
+    const int64_t panels = std::max<int64_t>(1, (g.m + most - 1) / most);
+    const int64_t rows = (g.m + panels - 1) / panels;  // balanced: no small last panel
+    const Tensor panel = empty(Shape{rows, g.n}, TensorOptions(DType::Float32, Device::cpu()));
+    for (int64_t r0 = 0; r0 < g.m; r0 += rows) {
+      GemmArgs<float, T> p = g;
+      p.m = std::min(rows, g.m - r0);
+      p.a = g.a + r0 * g.rs_a;
+      p.c = panel.data<float>();
+      gemm(p);
+      T* dst = c + r0 * g.n;
+      const int64_t count = p.m * g.n;
+      for (int64_t i = 0; i < count; ++i) dst[i] = T(p.c[i]);
     }
-  }
-  const int64_t fit = kPanelBytes / static_cast<int64_t>(sizeof(C) * std::max<int64_t>(g.n, 1));
-  const int64_t most = std::max<int64_t>(64, fit / 64 * 64);  // rows a panel may hold
-  const int64_t panels = std::max<int64_t>(1, (g.m + most - 1) / most);
-  const int64_t rows = (g.m + panels - 1) / panels;  // balanced: no small last panel
-  const Tensor staging = in_place ? Tensor() : empty(Shape{rows, g.n}, TensorOptions(DType::Float32, Device::cpu()));
-  for (int64_t r0 = 0; r0 < g.m; r0 += rows) {
-    GemmArgs<C, T> p = g;
-    p.m = std::min(rows, g.m - r0);
-    p.a = g.a + r0 * g.rs_a;
-    if constexpr (in_place) p.c = c + r0 * g.n;
-    else p.c = staging.data<C>();
-    gemm(p);
-    parallel_rows(p.m, p.m * g.n * (gelu_out ? 16 : 1), [&](int64_t r) {
-      C* z = p.c + r * g.n;  // the panel's row r: C's own row, or its float32 staging
-      T* dst = c + (r0 + r) * g.n;
-      if constexpr (!in_place) {
-        for (int64_t j = 0; j < g.n; ++j) dst[j] = T(z[j]);
-        if (gelu_out == nullptr) return;
-        for (int64_t j = 0; j < g.n; ++j) z[j] = static_cast<C>(dst[j]);  // the rounded value, as stored
-        gelu_values(z, z, g.n, form);
-        T* y = gelu_out + (r0 + r) * g.n;
-        for (int64_t j = 0; j < g.n; ++j) y[j] = T(z[j]);
-      } else {
-        gelu_values(z, gelu_out + (r0 + r) * g.n, g.n, form);
-      }
-    });
   }
 }
 
@@ -172,11 +145,18 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     g.cs_b = g.k;
     g.bias = bias.defined() ? staging.in(bias).template data<compute_t<T>>() : nullptr;
     g.relu = act == Activation::ReLU;
-    if (is_gelu(act))  // C is the pre-activation, y its GELU (Activation in core/backend.h)
-      gemm_into(g, pre_activation->data<T>(), y.data<T>(), gelu_form(act));
-    else
-      gemm_into(g, y.data<T>());
+    gemm_into(g, (is_gelu(act) ? *pre_activation : y).template data<T>());
   });
+  // Note [GELU after the CPU GEMM, not in it]: GELU costs about 60 flops an element (two
+  // exponentials and a division), so on the CPU it is bound by arithmetic, not by memory, and
+  // fusing it into the GEMM saves only a read of z. Two fused forms were measured on the char-GPT's
+  // c_fc layers (bench_gemm --gelu; bench/RESULTS.md, "GELU and the GEMM on the CPU"): the GELU of
+  // each 8x32 tile as the micro-kernel stores it took 1.07-1.18x the time of the product followed
+  // by a separate pass, and the GELU of row panels still in L2 0.89-1.08x; neither beat the
+  // separate pass by more than this VM's noise between runs. So the product is written into z and
+  // gelu_forward's pass (long vectorised loops, nothing else in flight) makes y from it, the bits
+  // of gelu(linear(...)) by construction.
+  if (is_gelu(act)) gelu_forward(*pre_activation, y, gelu_form(act));
 }
 
 void CpuBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dx, Tensor& dw,

@@ -1,10 +1,11 @@
-// linear_gelu (core/ops/linear.cpp): the GELU run in the GEMM's epilogue (kernels/cpu/gemm.cpp's
-// store_tile for float and double, kernels/cpu/linear.cpp's panels for 16 bits) must give the
-// bits of gelu(linear(x, w, b)) run as two ops, forward and backward, in every dtype and both
-// forms: the epilogue evaluates the same expression (kernels/cpu/gelu.h) on the same rounded
-// pre-activation. Shapes reach each GEMM path: the direct loop (at most 32³ products), the
-// blocked one with edge tiles in both directions and columns split over the threads, K = 0
-// (the epilogue alone), and a 3-D x. Also: nn::Sequential fuses Linear -> GELU, float64 finite
+// linear_gelu (core/ops/linear.cpp) on the CPU must give the bits of gelu(linear(x, w, b)) run as
+// two ops, forward and backward, in every dtype and both forms: Activation::GELU's promise
+// (core/backend.h), which the CUDA epilogues keep too (tests/cuda/test_cuda_linear_gelu.cpp). The
+// CPU backend runs the product, then the GELU's pass over it (Note [GELU after the CPU GEMM, not
+// in it] in kernels/cpu/linear.cpp); the shapes still reach each GEMM path, since the
+// pre-activation the backward reads comes from them: the direct loop (at most 32³ products), the
+// blocked one with edge tiles in both directions and columns split over the threads, K = 0 (the
+// epilogue alone), and a 3-D x. Also: nn::Sequential fuses Linear -> GELU, float64 finite
 // differences, autocast, and the errors name linear_gelu.
 #include <catch2/catch.hpp>
 
