@@ -33,6 +33,12 @@ case "$size" in
 esac
 common=(--iters "$iters" --warmup 5 --eval-interval 100000 --eval-iters 1 --dtype "$dtype" "${flags[@]}")
 py=/usr/bin/python3
+# Debian's PyTorch does its products through the libblas.so.3 alternative: without OpenBLAS
+# (scripts/setup-deps --bench) that is the reference BLAS, and PyTorch runs some 25x slower.
+if ! readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null | grep -q openblas; then
+  echo "run_char_gpt_speed.sh: libblas.so.3 is not OpenBLAS; PyTorch's figures would be the reference BLAS's" \
+       "(install it: scripts/setup-deps --bench)" >&2
+fi
 
 ms() { sed -n 's/.*iterations in .* s, \([0-9.]*\) ms\/iter.*/\1/p' | tail -n 1; }
 declare -A runs
