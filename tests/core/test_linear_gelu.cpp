@@ -9,7 +9,6 @@
 // differences, autocast, and the errors name linear_gelu.
 #include <catch2/catch.hpp>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,31 +20,15 @@
 #include "nn/sequential.h"
 #include "tests/core/gradcheck.h"
 #include "tests/error_message.h"
+#include "tests/same_bits.h"
 
 using namespace minidl;
 using minidl::testing::check_gradients;
+using minidl::testing::check_same_bits;
 using minidl::testing::error_message;
 using minidl::testing::weighted_sum;
 
 namespace {
-
-// The same bits: every element of got and want, both widened to float64 (exact for every
-// dtype here), compared as bit patterns so that -0 and +0 differ and NaN matches NaN.
-void check_same_bits(const Tensor& got, const Tensor& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined() == want.defined());
-  if (!got.defined()) return;
-  REQUIRE(got.shape() == want.shape());
-  REQUIRE(got.dtype() == want.dtype());
-  const std::vector<double> g = got.to(DType::Float64).contiguous().to_vector<double>();
-  const std::vector<double> w = want.to(DType::Float64).contiguous().to_vector<double>();
-  size_t differ = 0, first = 0;
-  for (size_t i = 0; i < g.size(); ++i)
-    if (std::memcmp(&g[i], &w[i], sizeof(double)) != 0 && differ++ == 0) first = i;
-  INFO("elements that differ: " << differ << " of " << g.size() << "; first at " << first << ": "
-                                << (g.empty() ? 0.0 : g[first]) << " vs " << (w.empty() ? 0.0 : w[first]));
-  CHECK(differ == 0);
-}
 
 struct Problem {
   Shape x_shape;

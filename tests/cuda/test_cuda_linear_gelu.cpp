@@ -9,33 +9,19 @@
 // tests cover each op; here the check is that fusing changes nothing.
 #include "cuda_test_util.h"
 
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/ops/gelu.h"
 #include "core/ops/linear.h"
 #include "kernels/cuda/gemm/gemm_plan.h"
+#include "tests/same_bits.h"
 
 using namespace minidl;
 using namespace minidl::cuda_test;
+using minidl::testing::check_same_bits;
 
 namespace {
-
-void check_same_bits(const Tensor& got, const Tensor& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined() == want.defined());
-  if (!got.defined()) return;
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<double> g = got.to(Device::cpu()).to(DType::Float64).contiguous().to_vector<double>();
-  const std::vector<double> w = want.to(Device::cpu()).to(DType::Float64).contiguous().to_vector<double>();
-  size_t differ = 0, first = 0;
-  for (size_t i = 0; i < g.size(); ++i)
-    if (std::memcmp(&g[i], &w[i], sizeof(double)) != 0 && differ++ == 0) first = i;
-  INFO("elements that differ: " << differ << " of " << g.size() << "; first at " << first << ": "
-                                << (g.empty() ? 0.0 : g[first]) << " vs " << (w.empty() ? 0.0 : w[first]));
-  CHECK(differ == 0);
-}
 
 struct Problem {
   int64_t rows, in, out;
