@@ -3,7 +3,9 @@
 #   bench/run_cpu.sh > bench/results-$(date +%F).jsonl
 # First line: {"bench":"meta",...} with date, commit and machine. Then bench_roofline (the
 # machine's FMA, bf16 dot-product and memory ceilings), bench_gemm --half on 1 and 2 threads
-# (minidl in float32, bfloat16 and float16, and OpenBLAS), bench_train_step (the seed step in minidl), bench_data_parallel
+# (minidl in float32, bfloat16 and float16, and OpenBLAS), bench_gemm --gelu on 1 and 2 threads
+# (the char-GPT's c_fc layer with and without its GELU), bench_train_step (the seed step in
+# minidl, and AdamW's step over the larger char-GPT's parameters on 2 threads), bench_data_parallel
 # (CPU replicas) and bench/torch_seed_step.py (the seed step in PyTorch) on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +29,11 @@ printf '{"bench":"meta","date":"%s","commit":"%s","dirty":%s,"cpu":"%s","cores":
 "$build/bin/bench_roofline" --threads 2
 for threads in 1 2; do
   OMP_NUM_THREADS=$threads "$build/bin/bench_gemm" --half
+  OMP_NUM_THREADS=$threads "$build/bin/bench_gemm" --gelu
 done
 OMP_NUM_THREADS=1 "$build/bin/bench_train_step"
+OMP_NUM_THREADS=2 "$build/bin/bench_train_step" --model char-gpt-adamw --n-layer 4 --n-head 4 --n-embd 256 \
+  --warmup 5 --steps 1 --repeats 31
 OMP_NUM_THREADS=1 "$build/bin/bench_data_parallel"
 
 # Debian's python3-torch installs into the system python, which may not be the first python3.
