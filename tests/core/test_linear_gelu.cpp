@@ -96,6 +96,9 @@ TEST_CASE("Sequential runs Linear -> GELU as one fused call with the same bits",
     nn::Sequential model({fc, std::make_shared<nn::GELU>(form)});
     const Tensor x = randn({9, 24}, TensorOptions(DType::Float32), &gen);
     const Tensor y = model(x);
+    // The GELU ran inside the linear: the last node is the linear's, not a GeluBackward.
+    REQUIRE(y.grad_fn() != nullptr);
+    CHECK(y.grad_fn()->name() == "LinearBackward");
     const Tensor want = ops::gelu(ops::linear(x, fc->weight, fc->bias), form);  // the two ops, run apart
     check_same_bits(y, want, gelu_approximate_name(form));
   }

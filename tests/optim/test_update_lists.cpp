@@ -5,13 +5,12 @@
 // chunks (kernels/cpu/tensor_chunks.h) and a remainder, and an empty one.
 #include <catch2/catch.hpp>
 
-#include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/tensor.h"
+#include "tests/same_bits.h"
 
 using namespace minidl;
 
@@ -33,26 +32,11 @@ std::vector<Tensor> clones(const std::vector<Tensor>& ts) {
   return out;
 }
 
-// The bit patterns of t's elements, widened to float64 (exact from every floating dtype, signed
-// zeros and NaN payloads included).
-std::vector<uint64_t> bits_of(const Tensor& t) {
-  const std::vector<double> v = t.to(DType::Float64).to_vector<double>();
-  std::vector<uint64_t> out(v.size());
-  if (!v.empty()) std::memcpy(out.data(), v.data(), v.size() * sizeof(double));
-  return out;
-}
-
+// Every tensor of got has the bits of the same tensor of expected (tests/same_bits.h).
 void check_same_bits(const std::vector<Tensor>& got, const std::vector<Tensor>& expected, const std::string& what) {
   REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!expected[i].defined()) {
-      CHECK(!got[i].defined());
-      continue;
-    }
-    INFO(what << ", tensor " << i << " of " << expected[i].numel() << " elements");
-    CHECK(got[i].dtype() == expected[i].dtype());
-    CHECK(bits_of(got[i]) == bits_of(expected[i]));
-  }
+  for (size_t i = 0; i < got.size(); ++i)
+    testing::check_same_bits(got[i], expected[i], what + ", tensor " + std::to_string(i));
 }
 
 const DType kDTypes[] = {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16};
