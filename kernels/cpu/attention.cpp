@@ -12,9 +12,11 @@
 //             there). Additions happen in a fixed order whatever the thread count: the same bits
 //             every run.
 // Nothing of size [L, S] is allocated: the scratch is a few tiles per thread.
-// Speed: every inner loop runs along a contiguous row (E, Ev or a key block) and vectorises:
-// the score tile is built as Σ_e q_ie·Kᵀ[e, :] from a transposed copy of the key block, and the
-// products with v, dout, q and k are row axpys. Causal blocks wholly in the future are skipped.
+// Speed: the five tile products (q·kᵀ, p·v forward; dout·vᵀ, Pdᵀ·dout, dSᵀ·q, dS·k backward)
+// are register-tiled (kernels/cpu/tile_product.h), the scores from a transposed copy of the key
+// block so that B's rows are contiguous; a product's k runs over a whole key block, with the
+// probabilities of keys hidden by the causal mask set to 0. The softmax loops run along a row
+// and vectorise. Causal blocks wholly in the future are skipped.
 // exp is the other cost (L·S of them forward and again backward): float uses a polynomial that
 // vectorises (fast_exp, kernels/cpu/fast_math.h: within 2 ulp), double keeps std::exp.
 // Strides: q, k, v rows may be strided on (b, h, row) (views of a fused qkv projection);
@@ -34,6 +36,7 @@
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/tile_product.h"
 
 namespace minidl::cpu {
 
@@ -89,31 +92,6 @@ void transpose_block(const T* k, int64_t k_row, int64_t j0, int64_t nk, int64_t 
   }
 }
 
-// s[ii, jj] = a · Σ_e x[ii, e]·kt[e, jj] for a block of nq rows of x (row stride x_row) and
-// nk keys: [nq, kBlockK] (only the first nk columns written).
-template <typename T>
-void score_block(const T* x, int64_t x_row, int64_t nq, const T* kt, int64_t nk, int64_t E, T a, T* s) {
-  for (int64_t ii = 0; ii < nq; ++ii) {
-    T* srow = s + ii * kBlockK;
-    const T* xrow = x + ii * x_row;
-#pragma omp simd
-    for (int64_t jj = 0; jj < nk; ++jj) srow[jj] = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const T xe = xrow[e] * a;
-      const T* ktrow = kt + e * kBlockK;
-#pragma omp simd
-      for (int64_t jj = 0; jj < nk; ++jj) srow[jj] += xe * ktrow[jj];
-    }
-  }
-}
-
-// y[0, n) += a·x[0, n)
-template <typename T>
-inline void axpy(int64_t n, T a, const T* __restrict x, T* __restrict y) {
-#pragma omp simd
-  for (int64_t e = 0; e < n; ++e) y[e] += a * x[e];
-}
-
 // Keys of block [j0, j0 + nk) that query row i sees: all nk, or under the causal mask j <= i.
 inline int64_t visible_keys(bool causal, int64_t i, int64_t j0, int64_t nk) {
   if (!causal) return nk;
@@ -138,13 +116,19 @@ void forward_block(const Head<T>& hd, int64_t i0, int64_t nq, int64_t S, int64_t
   for (int64_t j0 = 0; j0 < s_end; j0 += kBlockK) {
     const int64_t nk = std::min(kBlockK, s_end - j0);
     transpose_block(hd.k, hd.k_row, j0, nk, E, kt);
-    score_block(hd.q + i0 * hd.q_row, hd.q_row, nq, kt, nk, E, scale, s);
+    tile_product<T, false>(nq, nk, E, hd.q + i0 * hd.q_row, hd.q_row, 1, kt, kBlockK, s, kBlockK);  // q·kᵀ
     for (int64_t ii = 0; ii < nq; ++ii) {
       const int64_t i = i0 + ii, n = visible_keys(causal, i, j0, nk);
-      if (n == 0) continue;
       T* srow = s + ii * kBlockK;
-      T mx = srow[0];
-      for (int64_t jj = 1; jj < n; ++jj) mx = std::max(mx, srow[jj]);
+      for (int64_t jj = n; jj < nk; ++jj) srow[jj] = 0;  // hidden keys add 0·v to the row's sums
+      if (n == 0) continue;
+      T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+      for (int64_t jj = 0; jj < n; ++jj) {
+        const T x = srow[jj] * scale;
+        srow[jj] = x;
+        mx = std::max(mx, x);
+      }
       const T m_new = std::max(m[ii], mx);
       const T alpha = fast_exp(m[ii] - m_new);  // 0 on the first visible block (m = −inf)
       T sum = 0;
@@ -161,8 +145,8 @@ void forward_block(const Head<T>& hd, int64_t i0, int64_t nq, int64_t S, int64_t
         for (int64_t e = 0; e < Ev; ++e) arow[e] *= alpha;
       if (mask.on)
         for (int64_t jj = 0; jj < n; ++jj) srow[jj] *= mask.factor<T>(i, j0 + jj);
-      for (int64_t jj = 0; jj < n; ++jj) axpy(Ev, srow[jj], hd.v + (j0 + jj) * hd.v_row, arow);
     }
+    tile_product<T, true>(nq, Ev, nk, s, kBlockK, 1, hd.v + j0 * hd.v_row, hd.v_row, acc, Ev);  // acc += p·v
   }
   for (int64_t ii = 0; ii < nq; ++ii) {
     const T inv = T(1) / l[ii];
@@ -202,8 +186,8 @@ void backward_head(const Head<T>& hd, const T* dout, const T* out, const T* lse,
     // Query rows before j0 see no key of this block under the causal mask.
     for (int64_t i0 = causal ? j0 : 0; i0 < L; i0 += kBlockQ) {
       const int64_t nq = std::min(kBlockQ, L - i0);
-      score_block(hd.q + i0 * hd.q_row, hd.q_row, nq, kt, nk, E, scale, pd);  // s
-      score_block(dout + i0 * Ev, Ev, nq, vt, nk, Ev, T(1), ds);             // dout·vᵀ
+      tile_product<T, false>(nq, nk, E, hd.q + i0 * hd.q_row, hd.q_row, 1, kt, kBlockK, pd, kBlockK);  // q·kᵀ
+      tile_product<T, false>(nq, nk, Ev, dout + i0 * Ev, Ev, 1, vt, kBlockK, ds, kBlockK);  // dout·vᵀ
       for (int64_t ii = 0; ii < nq; ++ii) {
         const int64_t i = i0 + ii, n = visible_keys(causal, i, j0, nk);
         T* prow = pd + ii * kBlockK;
@@ -213,27 +197,25 @@ void backward_head(const Head<T>& hd, const T* dout, const T* out, const T* lse,
           // Pd = P∘Z and dS = P∘(dPd∘Z − D), with dPd = dout·vᵀ in drow.
           for (int64_t jj = 0; jj < n; ++jj) {
             const T z = mask.factor<T>(i, j0 + jj);
-            const T p = fast_exp(prow[jj] - row_lse);
+            const T p = fast_exp(prow[jj] * scale - row_lse);
             prow[jj] = p * z;
             drow[jj] = p * (drow[jj] * z - row_d);
           }
         } else {
 #pragma omp simd
           for (int64_t jj = 0; jj < n; ++jj) {
-            const T p = fast_exp(prow[jj] - row_lse);
+            const T p = fast_exp(prow[jj] * scale - row_lse);
             prow[jj] = p;
             drow[jj] = p * (drow[jj] - row_d);
           }
         }
-        const T* qrow = hd.q + i * hd.q_row;
-        const T* grow = dout + i * Ev;
-        T* dqrow = dq + i * E;
-        for (int64_t jj = 0; jj < n; ++jj) {
-          axpy(Ev, prow[jj], grow, dv_acc + jj * Ev);
-          axpy(E, drow[jj], qrow, dk_acc + jj * E);
-          axpy(E, drow[jj], hd.k + (j0 + jj) * hd.k_row, dqrow);
-        }
+        for (int64_t jj = n; jj < nk; ++jj) prow[jj] = drow[jj] = 0;  // hidden keys: no gradient flows
       }
+      // dv_j += Pdᵀ·dout_i, dk_j += dSᵀ·q_i (the tiles read transposed: a_row 1, a_col kBlockK),
+      // dq_i += dS·k_j (dq is this task's: no other thread writes there).
+      tile_product<T, true>(nk, Ev, nq, pd, 1, kBlockK, dout + i0 * Ev, Ev, dv_acc, Ev);
+      tile_product<T, true>(nk, E, nq, ds, 1, kBlockK, hd.q + i0 * hd.q_row, hd.q_row, dk_acc, E);
+      tile_product<T, true>(nq, E, nk, ds, kBlockK, 1, hd.k + j0 * hd.k_row, hd.k_row, dq + i0 * E, E);
     }
     for (int64_t jj = 0; jj < nk; ++jj) {
       T* dkrow = dk + (j0 + jj) * E;

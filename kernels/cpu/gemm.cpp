@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/simd.h"
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -36,28 +37,15 @@ namespace minidl::cpu {
 
 namespace {
 
-#if defined(__AVX512F__)
-constexpr int kVectorBytes = 64;
-constexpr int kMR = 8;
-#else
-constexpr int kVectorBytes = 32;
-constexpr int kMR = 6;
-#endif
-
 template <typename T>
 struct Tile {
-  static constexpr int VL = kVectorBytes / static_cast<int>(sizeof(T));  // lanes per vector
-  static constexpr int MR = kMR;
+  static constexpr int VL = kLanes<T>;  // lanes per vector (kernels/cpu/simd.h)
+  static constexpr int MR = kTileRows;
   static constexpr int NR = 2 * VL;  // two vectors per row of the tile
   static constexpr int64_t KC = 256;
   static constexpr int64_t MC = MR * 24;
   static constexpr int64_t NC = NR * 64;
 };
-
-// GCC vector types (the attribute cannot apply to a dependent type, hence the specialisations).
-template <typename T> struct Vector;
-template <> struct Vector<float> { typedef float type __attribute__((vector_size(kVectorBytes))); };
-template <> struct Vector<double> { typedef double type __attribute__((vector_size(kVectorBytes))); };
 
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
