@@ -4,6 +4,8 @@
 // --kernel NAME[,NAME...] (CUDA builds) runs the CUDA GEMM ladder instead (bench/gemm_cuda.cu,
 // docs/gemm-ladder.md): simt, mma, mma_ldmatrix, mma_pipeline or all, on bf16 squares of --sizes,
 // beside cuBLAS's bf16 GEMM and a register-only mma.sync ceiling measured in the same run.
+// --char-gpt times instead every GEMM of the larger char-GPT step, forward and backward, with
+// the transposes the step uses (A·Bᵀ forward, A·B for dX, Aᵀ·B for dW).
 // --half adds the same products with bfloat16 and float16 A, B and C (float32 accumulation;
 // bfloat16 through the AVX512_BF16 dot-product micro-kernel where the CPU has it) and their
 // speed relative to float32.
@@ -50,10 +52,41 @@ namespace {
 
 using namespace minidl;
 
+// C[M, N] = op(A)·op(B): A stored [M, K] (or [K, M] when ta), B stored [K, N] (or [N, K] when tb).
 struct GemmCase {
   int64_t m, k, n;
   const char* what;
+  bool ta = false, tb = false;
+  double a_at(const float* a, int64_t i, int64_t p) const { return ta ? a[p * m + i] : a[i * k + p]; }
+  double b_at(const float* b, int64_t p, int64_t j) const { return tb ? b[j * k + p] : b[p * n + j]; }
 };
+
+// The GEMMs of one step of the larger char-GPT recipe (B 8 × T 256 = 2048 rows, C 256, 4·C in
+// the MLP, vocabulary 73): each linear layer x[rows, in]·Wᵀ forward (W stored [out, in]: B
+// transposed), then its backward dX = dY·W and dW = dYᵀ·x (A transposed).
+std::vector<GemmCase> char_gpt_cases() {
+  struct Layer {
+    int64_t in, out;
+    const char* fwd;
+    const char* dx;
+    const char* dw;
+  };
+  const int64_t rows = 2048;
+  const Layer layers[] = {
+      {256, 768, "char-gpt c_attn fwd", "char-gpt c_attn dX", "char-gpt c_attn dW"},
+      {256, 256, "char-gpt attn.c_proj fwd", "char-gpt attn.c_proj dX", "char-gpt attn.c_proj dW"},
+      {256, 1024, "char-gpt c_fc fwd", "char-gpt c_fc dX", "char-gpt c_fc dW"},
+      {1024, 256, "char-gpt mlp.c_proj fwd", "char-gpt mlp.c_proj dX", "char-gpt mlp.c_proj dW"},
+      {256, 73, "char-gpt lm_head fwd", "char-gpt lm_head dX", "char-gpt lm_head dW"},
+  };
+  std::vector<GemmCase> cases;
+  for (const Layer& l : layers) {
+    cases.push_back({rows, l.in, l.out, l.fwd, false, true});
+    cases.push_back({rows, l.out, l.in, l.dx, false, false});
+    cases.push_back({l.out, rows, l.in, l.dw, true, false});
+  }
+  return cases;
+}
 
 // Median seconds per call of fn: one warm-up call, then `reps` samples, each of enough calls
 // to last at least min_seconds (small shapes take microseconds, below the clock's noise).
@@ -80,7 +113,7 @@ double sampled_relative_error(const GemmCase& g, const float* a, const float* b,
   for (int s = 0; s < 64; ++s) {
     int64_t i = (s * 7919) % g.m, j = (s * 104729) % g.n;
     double ref = 0;
-    for (int64_t p = 0; p < g.k; ++p) ref += static_cast<double>(a[i * g.k + p]) * b[p * g.n + j];
+    for (int64_t p = 0; p < g.k; ++p) ref += g.a_at(a, i, p) * g.b_at(b, p, j);
     max_err = std::max(max_err, std::fabs(ref - c[i * g.n + j]));
     max_ref = std::max(max_ref, std::fabs(ref));
   }
@@ -100,9 +133,10 @@ void report(const GemmCase& g, int threads, const char* impl, double seconds) {
   std::fprintf(stderr, "%6lld %6lld %6lld %8d  %-9s %9.2f %11.4f  %s\n", (long long)g.m, (long long)g.k,
                (long long)g.n, threads, impl, gflops, seconds * 1e3, g.what);
   const bool blas = std::string_view(impl) == "openblas";
-  std::printf("{\"bench\":\"gemm\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,\"impl\":\"%s\",\"gflops\":%.3f,"
-              "\"ms_per_call\":%.5f%s%s%s}\n",
-              (long long)g.m, (long long)g.k, (long long)g.n, threads, impl, gflops, seconds * 1e3,
+  std::printf("{\"bench\":\"gemm\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"trans_a\":%d,\"trans_b\":%d,\"threads\":%d,"
+              "\"impl\":\"%s\",\"gflops\":%.3f,\"ms_per_call\":%.5f%s%s%s}\n",
+              (long long)g.m, (long long)g.k, (long long)g.n, g.ta ? 1 : 0, g.tb ? 1 : 0, threads, impl, gflops,
+              seconds * 1e3,
               blas ? ",\"openblas_core\":\"" : "", blas ? blas_core() : "", blas ? "\"" : "");
   std::fflush(stdout);
 }
@@ -167,6 +201,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random inputs");
   bool half = false;
   app.add_flag("--half", half, "also time bfloat16 and float16 operands (minidl only)");
+  bool char_gpt = false;
+  app.add_flag("--char-gpt", char_gpt,
+               "time the larger char-GPT step's GEMMs, forward and backward, instead of the default shapes");
   bool gelu = false;
   app.add_flag("--gelu", gelu, "time the char-GPT's c_fc layer: the product alone and with its GELU");
   std::vector<std::string> kernels;
@@ -202,7 +239,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  const std::vector<GemmCase> cases = {
+  std::vector<GemmCase> cases = {
       {256, 256, 256, "square"},
       {512, 512, 512, "square"},
       {1024, 1024, 1024, "square"},
@@ -210,6 +247,7 @@ int main(int argc, char** argv) {
       {128, 256, 128, "fashion-mnist fc2 (batch 128)"},
       {128, 128, 10, "fashion-mnist fc3 (batch 128)"},
   };
+  if (char_gpt) cases = char_gpt_cases();
   const int threads = host_threads();
 #ifdef MINIDL_HAVE_OPENBLAS
   // OpenBLAS picks its kernels for this CPU unless OPENBLAS_CORETYPE forces older ones (an
@@ -234,15 +272,15 @@ int main(int argc, char** argv) {
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const GemmCase& g = cases[ci];
       Generator gen(seed + ci);
-      Tensor a = uniform({g.m, g.k}, -1.0, 1.0, {}, &gen);  // [M, K] row-major
-      Tensor b = uniform({g.k, g.n}, -1.0, 1.0, {}, &gen);  // [K, N] row-major
+      Tensor a = uniform(g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}, -1.0, 1.0, {}, &gen);  // row-major
+      Tensor b = uniform(g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}, -1.0, 1.0, {}, &gen);
       data.push_back({a, b, zeros({g.m, g.n})});            // C [M, N] row-major
     }
     std::fprintf(stderr, "%6s %6s %6s %8s  %-9s %9s %11s\n", "M", "K", "N", "threads", "impl", "GFLOP/s", "ms/call");
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const GemmCase& g = cases[ci];
       CaseData& d = data[ci];
-      d.minidl_seconds = median_seconds_per_call([&] { cpu.matmul(d.a, d.b, d.c, false, false); }, reps, min_ms / 1e3);
+      d.minidl_seconds = median_seconds_per_call([&] { cpu.matmul(d.a, d.b, d.c, g.ta, g.tb); }, reps, min_ms / 1e3);
       // float32 sums of K <= 1024 products of magnitude <= 1, in any blocking order, stay
       // within ~1e-5 of the double result relative to the output's scale; 1e-3 flags a wrong kernel.
       const double err = sampled_relative_error(g, d.a.data<float>(), d.b.data<float>(), d.c.data<float>());
@@ -256,7 +294,7 @@ int main(int argc, char** argv) {
         if (!half) break;
         const Tensor a16 = d.a.to(dt), b16 = d.b.to(dt);
         Tensor c16 = zeros({g.m, g.n}, TensorOptions(dt));
-        const double seconds = median_seconds_per_call([&] { cpu.matmul(a16, b16, c16, false, false); }, reps, min_ms / 1e3);
+        const double seconds = median_seconds_per_call([&] { cpu.matmul(a16, b16, c16, g.ta, g.tb); }, reps, min_ms / 1e3);
         // Against the double product of the rounded inputs: the one rounding of C to 16 bits
         // (2^-9 relative for bfloat16) dominates; 1e-2 flags a wrong kernel.
         const Tensor a_ref = a16.to(DType::Float32), b_ref = b16.to(DType::Float32), c_ref = c16.to(DType::Float32);
@@ -280,8 +318,9 @@ int main(int argc, char** argv) {
       std::vector<float> c_blas(static_cast<size_t>(g.m * g.n));  // [M, N] row-major
       const double blas_seconds = median_seconds_per_call(
           [&] {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.m, (int)g.n, (int)g.k, 1.0f,
-                        d.a.data<float>(), (int)g.k, d.b.data<float>(), (int)g.n, 0.0f, c_blas.data(), (int)g.n);
+            cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, (int)g.m,
+                        (int)g.n, (int)g.k, 1.0f, d.a.data<float>(), (int)(g.ta ? g.m : g.k), d.b.data<float>(),
+                        (int)(g.tb ? g.k : g.n), 0.0f, c_blas.data(), (int)g.n);
           },
           reps, min_ms / 1e3);
       report(g, threads, "openblas", blas_seconds);

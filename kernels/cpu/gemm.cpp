@@ -10,7 +10,7 @@
 // direct loop: packing would cost more than the math.
 //
 // Threads: C is cut into one block of whole NR-column strips per thread (or of MR-row strips
-// when N has too few strips), and each thread of the ThreadPool runs the serial algorithm on
+// when those share the work more evenly), and each thread of the ThreadPool runs the serial algorithm on
 // its block with its own packing buffers. The only synchronisation is the end of the run: no
 // barrier per K block, which matters for the MLP's small GEMMs (M = 64) and on a loaded
 // machine, where a barrier waits for whichever thread the OS has descheduled. Every element of
@@ -42,7 +42,7 @@ struct Tile {
   static constexpr int VL = kLanes<T>;  // lanes per vector (kernels/cpu/simd.h)
   static constexpr int MR = kTileRows;
   static constexpr int NR = 2 * VL;  // two vectors per row of the tile
-  static constexpr int64_t KC = 256;
+  static constexpr int64_t KC = 512;
   static constexpr int64_t MC = MR * 24;
   static constexpr int64_t NC = NR * 64;
 };
@@ -373,7 +373,13 @@ void gemm_blocked(const GemmArgs<T, In>& g) {
   ThreadPool& pool = ThreadPool::instance();
   const int threads = g.m * g.n * g.k > (int64_t{1} << 18) ? pool.max_threads() : 1;
   const int64_t col_strips = (g.n + NR - 1) / NR, row_strips = (g.m + MR - 1) / MR;
-  const bool split_columns = col_strips >= threads || col_strips >= row_strips;
+  // Cut along whichever dimension leaves the busiest thread the smaller share of the strips (a
+  // ragged last strip costs a whole one): the lm_head's N = 73 is 3 column strips, which 2
+  // threads would share 2 : 1, against 256 row strips shared evenly. Ties go to columns.
+  const auto busiest_share = [&](int64_t strips) {
+    return static_cast<double>((strips + threads - 1) / threads) / static_cast<double>(strips);
+  };
+  const bool split_columns = busiest_share(col_strips) <= busiest_share(row_strips);
   const int parts = static_cast<int>(std::min<int64_t>(threads, split_columns ? col_strips : row_strips));
   if (parts <= 1) return gemm_block(g);
   pool.run(parts, [&](int part, int count) {
