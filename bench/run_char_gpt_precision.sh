@@ -9,7 +9,10 @@
 #   them alike); prints the median ms/iteration of each and its ratio to fp32's.
 # memory: one short run per precision (the peak is reached in the first steps), peak resident
 #   memory (getrusage's maxrss, which the trainer prints) and its ratio to fp32's, and beside it
-#   the peak in live tensors (the allocator's count, without what its caches hold).
+#   the peak in live tensors (the allocator's count, without what its caches hold). Then the
+#   same runs of the PyTorch twin (bench/char_gpt_torch.py, fp32 and bf16 under CPU autocast)
+#   under /usr/bin/time -v, and minidl's ratio to each; and what importing torch alone takes,
+#   since that is part of every PyTorch figure.
 # loss: the README recipe (2000 iterations by default) in fp32 and bf16; the final validation
 #   losses and their difference.
 # small: the README's recipe (4 layers, 4 heads, 128 wide, context 64, batch 12); large: 256 wide,
@@ -67,6 +70,20 @@ case "$mode" in
       printf '  %-5s %8s   /fp32 %s   tensors %8s   /fp32 %s\n' "$d" "${peak[$d]}" "$(ratio "${peak[$d]}" "${peak[fp32]}")" \
         "${tensors[$d]}" "$(ratio "${tensors[$d]}" "${tensors[fp32]}")"
     done
+    # GNU time's maximum resident set size, in KiB, as MiB.
+    maxrss_mib() { sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\).*/\1/p' | awk '{printf "%.1f", $1 / 1024}'; }
+    if [ -x /usr/bin/time ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+      echo "PyTorch twin (bench/char_gpt_torch.py, 2 threads), peak resident memory (MiB):"
+      torch_import=$(/usr/bin/time -v /usr/bin/python3 -c 'import torch' 2>&1 | maxrss_mib)
+      for d in fp32 bf16; do
+        torch_peak=$(OMP_NUM_THREADS=2 /usr/bin/time -v /usr/bin/python3 bench/char_gpt_torch.py --threads 2 --iters 3 \
+          --warmup 1 --eval-interval 100000 --eval-iters 1 "${flags[@]}" --dtype "$d" 2>&1 | maxrss_mib)
+        printf '  %-5s %8s   minidl/this %s\n' "$d" "$torch_peak" "$(ratio "${peak[$d]}" "$torch_peak")"
+      done
+      echo "  (importing torch alone: $torch_import MiB)"
+    else
+      echo "PyTorch twin skipped: needs /usr/bin/time and /usr/bin/python3 with torch" >&2
+    fi
     ;;
   loss)
     iters=${2:-2000}

@@ -21,6 +21,7 @@
 // (Note [the bf16 dot-product micro-kernel]); every other 16-bit product widens its operands to
 // float while it packs them and runs the float micro-kernel.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -33,7 +34,14 @@
 #include <immintrin.h>
 #endif
 
+// MINIDL_GEMM_NAMESPACE: tests/kernels/gemm_avx2.cpp includes this file to compile it a second
+// time, for AVX2 without AVX-512, into minidl::cpu::MINIDL_GEMM_NAMESPACE, so that the path for
+// CPUs without AVX-512 is tested on every machine that runs the tests.
+#if defined(MINIDL_GEMM_NAMESPACE)
+namespace minidl::cpu::MINIDL_GEMM_NAMESPACE {
+#else
 namespace minidl::cpu {
+#endif
 
 namespace {
 
@@ -98,29 +106,33 @@ void pack_b(const GemmArgs<T, In>& g, int64_t p0, int64_t kc, int64_t j0, int64_
 }
 
 // acc[MR][NR] = Σ_p a[p][:] ⊗ b[p][:] over kc steps: MR×2 vector accumulators in registers.
-template <typename T>
+// kNarrow: only the first vector's columns (a strip of at most VL columns, the rest zero
+// padding: N = 10 or the last 9 of N = 73), half the FMAs; each element is the same chain of
+// multiply-adds either way, so the same bits.
+template <typename T, bool kNarrow = false>
 void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* __restrict acc) {
   using V = typename Vector<T>::type;
   constexpr int MR = Tile<T>::MR, VL = Tile<T>::VL;
   V c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) c0[i] = c1[i] = V{};
   for (int64_t p = 0; p < kc; ++p) {
-    const V b0 = *reinterpret_cast<const V*>(b);       // packed strips are 64-byte aligned
-    const V b1 = *reinterpret_cast<const V*>(b + VL);
+    const V b0 = *reinterpret_cast<const V*>(b);  // packed strips are 64-byte aligned
+    V b1{};
+    if constexpr (!kNarrow) b1 = *reinterpret_cast<const V*>(b + VL);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       // scalar × vector: GCC broadcasts a[i] straight from memory. (Writing V{} + a[i] costs
       // a real scalar add per row, as 0 + -0 is not -0, and takes the FMA ports' slots.)
       const T ai = a[i];
       c0[i] += ai * b0;
-      c1[i] += ai * b1;
+      if constexpr (!kNarrow) c1[i] += ai * b1;
     }
     a += MR;
     b += 2 * VL;
   }
   for (int i = 0; i < MR; ++i) {
     std::memcpy(acc + i * 2 * VL, &c0[i], sizeof(V));
-    std::memcpy(acc + i * 2 * VL + VL, &c1[i], sizeof(V));
+    if constexpr (!kNarrow) std::memcpy(acc + i * 2 * VL + VL, &c1[i], sizeof(V));
   }
 }
 
@@ -157,7 +169,16 @@ void gemm_small(const GemmArgs<T, In>& g) {
       T acc = 0;
       const In* a = g.a + i * g.rs_a;
       const In* b = g.b + j * g.cs_b;
-      for (int64_t p = 0; p < g.k; ++p) acc += static_cast<T>(a[p * g.cs_a]) * static_cast<T>(b[p * g.rs_b]);
+      for (int64_t p = 0; p < g.k; ++p) {
+#if defined(__FMA__)
+        // Fused, as the micro-kernel's steps are, and spelled out: left to contraction, GCC fused
+        // this loop in one build and not in another (AVX-512 against AVX2), and the two
+        // disagreed in the last bit.
+        acc = std::fma(static_cast<T>(a[p * g.cs_a]), static_cast<T>(b[p * g.rs_b]), acc);
+#else
+        acc += static_cast<T>(a[p * g.cs_a]) * static_cast<T>(b[p * g.rs_b]);
+#endif
+      }
       T v = g.alpha * acc;
       T& c = g.c[i * g.ldc + j];
       if (g.beta != T(0)) v += g.beta * c;
@@ -202,10 +223,14 @@ void gemm_serial(const GemmArgs<T, In>& g) {
         const int64_t m_strips = (mc + MR - 1) / MR;
         pack_a(g, i0, mc, p0, kc, ap);  // [mc, kc] as m_strips strips of [kc][MR]
         for (int64_t sj = 0; sj < n_strips; ++sj) {
+          const int64_t cols = std::min<int64_t>(NR, nc - sj * NR);
           for (int64_t si = 0; si < m_strips; ++si) {
-            micro_kernel<T>(kc, ap + si * kc * MR, bp + sj * kc * NR, acc);
-            store_tile(g, acc, i0 + si * MR, j0 + sj * NR, std::min<int64_t>(MR, mc - si * MR),
-                       std::min<int64_t>(NR, nc - sj * NR), first_k, last_k);
+            if (cols <= Tl::VL)
+              micro_kernel<T, true>(kc, ap + si * kc * MR, bp + sj * kc * NR, acc);
+            else
+              micro_kernel<T>(kc, ap + si * kc * MR, bp + sj * kc * NR, acc);
+            store_tile(g, acc, i0 + si * MR, j0 + sj * NR, std::min<int64_t>(MR, mc - si * MR), cols, first_k,
+                       last_k);
           }
         }
       }
@@ -416,4 +441,4 @@ template void gemm<double, double>(const GemmArgs<double, double>&);
 template void gemm<float, bfloat16>(const GemmArgs<float, bfloat16>&);
 template void gemm<float, float16>(const GemmArgs<float, float16>&);
 
-}  // namespace minidl::cpu
+}  // namespace minidl::cpu (or minidl::cpu::MINIDL_GEMM_NAMESPACE)

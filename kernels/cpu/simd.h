@@ -6,9 +6,25 @@
 // A register tile is kTileRows rows × two vectors: 2·kTileRows accumulators plus the two
 // vectors of B a step loads, sized to the register file (32 zmm registers with AVX-512: 16
 // accumulators; 16 ymm with AVX2: 12).
+//
+// Everything here and in the headers built on it lives in an inline namespace named after the
+// instruction set the file is compiled for (MINIDL_CPU_ISA). One program may hold the same code
+// compiled for two of them: the tests compile the GEMM again for AVX2 (tests/kernels/
+// gemm_avx2.cpp) and tile_product.h without -march=native. Without the inline namespace those
+// would be two different definitions of one template, and the linker would keep one of them
+// for both.
 #pragma once
 
+#if defined(__AVX512F__)
+#define MINIDL_CPU_ISA isa_avx512
+#elif defined(__AVX2__)
+#define MINIDL_CPU_ISA isa_avx2
+#else
+#define MINIDL_CPU_ISA isa_generic
+#endif
+
 namespace minidl::cpu {
+inline namespace MINIDL_CPU_ISA {
 
 #if defined(__AVX512F__)
 inline constexpr int kVectorBytes = 64;
@@ -34,4 +50,5 @@ struct Vector<double> {
 template <typename T>
 inline constexpr int kLanes = kVectorBytes / static_cast<int>(sizeof(T));
 
+}  // namespace MINIDL_CPU_ISA
 }  // namespace minidl::cpu

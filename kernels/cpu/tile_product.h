@@ -29,6 +29,7 @@
 #include "kernels/cpu/simd.h"
 
 namespace minidl::cpu {
+inline namespace MINIDL_CPU_ISA {  // kernels/cpu/simd.h
 
 namespace tile_detail {
 
@@ -112,4 +113,5 @@ void tile_product(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_row, in
     tile_detail::strip<T, 1, kAccumulate, true>(m, k, a, a_row, a_col, b + j, b_row, c + j, c_row, n - j);
 }
 
+}  // namespace MINIDL_CPU_ISA
 }  // namespace minidl::cpu
