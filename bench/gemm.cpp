@@ -4,8 +4,9 @@
 // --kernel NAME[,NAME...] (CUDA builds) runs the CUDA GEMM ladder instead (bench/gemm_cuda.cu,
 // docs/gemm-ladder.md): simt, mma, mma_ldmatrix, mma_pipeline or all, on bf16 squares of --sizes,
 // beside cuBLAS's bf16 GEMM and a register-only mma.sync ceiling measured in the same run.
-// --char-gpt times instead every GEMM of the larger char-GPT step, forward and backward, with
-// the transposes the step uses (A·Bᵀ forward, A·B for dX, Aᵀ·B for dW).
+// --char-gpt large|small times instead every GEMM of one char-GPT step (the larger recipe or the
+// default one), forward and backward, with the transposes the step uses (A·Bᵀ forward, A·B for
+// dX, Aᵀ·B for dW).
 // --half adds the same products with bfloat16 and float16 A, B and C (float32 accumulation;
 // bfloat16 through the AVX512_BF16 dot-product micro-kernel where the CPU has it) and their
 // speed relative to float32.
@@ -61,23 +62,24 @@ struct GemmCase {
   double b_at(const float* b, int64_t p, int64_t j) const { return tb ? b[j * k + p] : b[p * n + j]; }
 };
 
-// The GEMMs of one step of the larger char-GPT recipe (B 8 × T 256 = 2048 rows, C 256, 4·C in
-// the MLP, vocabulary 73): each linear layer x[rows, in]·Wᵀ forward (W stored [out, in]: B
-// transposed), then its backward dX = dY·W and dW = dYᵀ·x (A transposed).
-std::vector<GemmCase> char_gpt_cases() {
+// The GEMMs of one char-GPT step: the larger recipe (B 8 × T 256 = 2048 rows, C 256) or the
+// default one (B 12 × T 64 = 768 rows, C 128), 4·C in the MLP, vocabulary 73. Each linear layer
+// x[rows, in]·Wᵀ forward (W stored [out, in]: B transposed), then its backward dX = dY·W and
+// dW = dYᵀ·x (A transposed).
+std::vector<GemmCase> char_gpt_cases(const std::string& recipe) {
   struct Layer {
     int64_t in, out;
     const char* fwd;
     const char* dx;
     const char* dw;
   };
-  const int64_t rows = 2048;
+  const int64_t rows = recipe == "small" ? 768 : 2048, c = recipe == "small" ? 128 : 256;
   const Layer layers[] = {
-      {256, 768, "char-gpt c_attn fwd", "char-gpt c_attn dX", "char-gpt c_attn dW"},
-      {256, 256, "char-gpt attn.c_proj fwd", "char-gpt attn.c_proj dX", "char-gpt attn.c_proj dW"},
-      {256, 1024, "char-gpt c_fc fwd", "char-gpt c_fc dX", "char-gpt c_fc dW"},
-      {1024, 256, "char-gpt mlp.c_proj fwd", "char-gpt mlp.c_proj dX", "char-gpt mlp.c_proj dW"},
-      {256, 73, "char-gpt lm_head fwd", "char-gpt lm_head dX", "char-gpt lm_head dW"},
+      {c, 3 * c, "char-gpt c_attn fwd", "char-gpt c_attn dX", "char-gpt c_attn dW"},
+      {c, c, "char-gpt attn.c_proj fwd", "char-gpt attn.c_proj dX", "char-gpt attn.c_proj dW"},
+      {c, 4 * c, "char-gpt c_fc fwd", "char-gpt c_fc dX", "char-gpt c_fc dW"},
+      {4 * c, c, "char-gpt mlp.c_proj fwd", "char-gpt mlp.c_proj dX", "char-gpt mlp.c_proj dW"},
+      {c, 73, "char-gpt lm_head fwd", "char-gpt lm_head dX", "char-gpt lm_head dW"},
   };
   std::vector<GemmCase> cases;
   for (const Layer& l : layers) {
@@ -201,9 +203,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random inputs");
   bool half = false;
   app.add_flag("--half", half, "also time bfloat16 and float16 operands (minidl only)");
-  bool char_gpt = false;
-  app.add_flag("--char-gpt", char_gpt,
-               "time the larger char-GPT step's GEMMs, forward and backward, instead of the default shapes");
+  std::string char_gpt;
+  app.add_option("--char-gpt", char_gpt,
+                 "time the GEMMs of one char-GPT step, forward and backward, instead of the default shapes: "
+                 "large (256 wide, context 256, batch 8) or small (the default recipe)")
+      ->check(CLI::IsMember({"large", "small"}));
   bool gelu = false;
   app.add_flag("--gelu", gelu, "time the char-GPT's c_fc layer: the product alone and with its GELU");
   std::vector<std::string> kernels;
@@ -247,7 +251,7 @@ int main(int argc, char** argv) {
       {128, 256, 128, "fashion-mnist fc2 (batch 128)"},
       {128, 128, 10, "fashion-mnist fc3 (batch 128)"},
   };
-  if (char_gpt) cases = char_gpt_cases();
+  if (!char_gpt.empty()) cases = char_gpt_cases(char_gpt);
   const int threads = host_threads();
 #ifdef MINIDL_HAVE_OPENBLAS
   // OpenBLAS picks its kernels for this CPU unless OPENBLAS_CORETYPE forces older ones (an

@@ -25,10 +25,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/tile_product.h"
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -189,7 +191,7 @@ void gemm_small(const GemmArgs<T, In>& g) {
   }
 }
 
-// This thread's packing buffers, kept between calls (each is a few hundred KiB to 2 MiB).
+// This thread's packing buffers, kept between calls (each is a few hundred KiB to 4 MiB).
 template <typename T>
 struct PackBuffers {
   std::unique_ptr<T, AlignedFree> a = aligned_buffer<T>(Tile<T>::MC * Tile<T>::KC);
@@ -413,6 +415,40 @@ void gemm_blocked(const GemmArgs<T, In>& g) {
   });
 }
 
+// Note [a narrow C]: with N at most one vector wide (the MLP's last layer, N = 10), the
+// blocked path packs all of A to compute one strip whose columns are mostly padding, and the
+// packing costs as much as the product. This path packs nothing but B, into k rows of one
+// zero-padded vector (k × 16 floats), and runs tile_product (kernels/cpu/tile_product.h: a
+// register tile of kTileRows × one vector, A broadcast straight from where it lies) into an
+// accumulator block of MC rows, which store_tile writes out with the epilogue. Each element is
+// one chain of multiply-adds over k onto 0, then alpha·acc (+ beta·C, bias, ReLU): for k ≤ KC
+// exactly the blocked path's arithmetic, so the same bits. Only float and double (16-bit
+// operands are widened while packed, which this path skips), only K within one K block, and
+// only problems small enough for one thread (gemm_blocked's cut-off).
+template <typename T, typename In>
+bool gemm_narrow(const GemmArgs<T, In>& g) {
+  using Tl = Tile<T>;
+  if constexpr (!std::is_same_v<T, In>) {
+    return false;
+  } else {
+    if (g.n > Tl::VL || g.k > Tl::KC || g.m * g.n * g.k > (int64_t{1} << 18)) return false;
+    PackBuffers<T>& buffers = pack_buffers<T>();
+    T* bp = buffers.b.get();  // [k][VL]
+    T* acc = buffers.a.get();  // [MC][NR], the row stride store_tile reads
+    for (int64_t p = 0; p < g.k; ++p) {
+      int64_t j = 0;
+      for (; j < g.n; ++j) bp[p * Tl::VL + j] = g.b[p * g.rs_b + j * g.cs_b];
+      for (; j < Tl::VL; ++j) bp[p * Tl::VL + j] = T(0);
+    }
+    for (int64_t i0 = 0; i0 < g.m; i0 += Tl::MC) {
+      const int64_t rows = std::min(Tl::MC, g.m - i0);
+      tile_product<T, false>(rows, Tl::VL, g.k, g.a + i0 * g.rs_a, g.rs_a, g.cs_a, bp, Tl::VL, acc, Tl::NR);
+      store_tile(g, acc, i0, 0, rows, g.n, true, true);
+    }
+    return true;
+  }
+}
+
 // K = 0: the product is empty, C = beta·C (+ bias, ReLU).
 template <typename T, typename In>
 void gemm_epilogue_only(const GemmArgs<T, In>& g) {
@@ -433,6 +469,7 @@ void gemm(const GemmArgs<T, In>& g) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) return gemm_epilogue_only(g);
   if (g.m * g.n * g.k <= 32 * 32 * 32) return gemm_small(g);
+  if (gemm_narrow(g)) return;  // Note [a narrow C]
   gemm_blocked(g);
 }
 
