@@ -6,14 +6,22 @@
 # (minidl in float32, bfloat16 and float16, and OpenBLAS), bench_gemm --gelu on 1 and 2 threads
 # (the char-GPT's c_fc layer with and without its GELU), bench_train_step (the seed step in
 # minidl, and AdamW's step over the larger char-GPT's parameters on 2 threads), bench_data_parallel
-# (CPU replicas) and bench/torch_seed_step.py (the seed step in PyTorch) on 1 thread. Builds the release preset's benchmark targets first; BUILD_DIR overrides the tree.
+# (CPU replicas) and bench/torch_seed_step.py (the seed step in PyTorch) on 1 thread, then
+# bench_gemm --char-gpt large and small on 1 and 2 threads (every GEMM of a char-GPT step beside
+# OpenBLAS). Then, unless SKIP_TRAINERS=1, the trainers against PyTorch, some 25 minutes on a
+# 2-core machine: the char-GPT's ms/iter (larger recipe in fp32 and bf16, the default recipe;
+# run_char_gpt_speed.sh) and peak memory (run_char_gpt_precision.sh memory large), the
+# Fashion-MNIST MLP and CNN epochs (run_fashion_mnist.sh, run_cnn_fashion_mnist.sh); their
+# tables go to stderr, the Fashion-MNIST JSON lines to stdout. Builds the release preset's
+# targets first; BUILD_DIR overrides the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build/release}
 
 if [[ -z "${BUILD_DIR:-}" ]]; then
   cmake --preset release >&2
-  cmake --build --preset release -j"$(nproc)" --target bench_roofline bench_gemm bench_train_step bench_data_parallel >&2
+  cmake --build --preset release -j"$(nproc)" --target bench_roofline bench_gemm bench_train_step bench_data_parallel \
+    char_gpt fashion_mnist >&2
 fi
 
 # Let OpenBLAS pick its best kernels for this CPU: an inherited OPENBLAS_CORETYPE (some images
@@ -37,10 +45,25 @@ OMP_NUM_THREADS=2 "$build/bin/bench_train_step" --model char-gpt-adamw --n-layer
 OMP_NUM_THREADS=1 "$build/bin/bench_data_parallel"
 
 # Debian's python3-torch installs into the system python, which may not be the first python3.
+have_torch=false
 for py in python3 /usr/bin/python3; do
   if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' 2>/dev/null; then
     OMP_NUM_THREADS=1 "$py" bench/torch_seed_step.py
-    exit 0
+    have_torch=true
+    break
   fi
 done
-python3 bench/torch_seed_step.py  # prints why it is skipped
+$have_torch || python3 bench/torch_seed_step.py  # prints why it is skipped
+
+for threads in 1 2; do
+  for recipe in large small; do OMP_NUM_THREADS=$threads "$build/bin/bench_gemm" --char-gpt "$recipe"; done
+done
+
+if [[ "${SKIP_TRAINERS:-0}" != 1 ]] && $have_torch; then
+  BUILD_DIR=$build bench/run_char_gpt_speed.sh large 3 20 >&2
+  BUILD_DIR=$build bench/run_char_gpt_speed.sh large 3 20 bf16 >&2
+  BUILD_DIR=$build bench/run_char_gpt_speed.sh small 3 >&2
+  BUILD_DIR=$build bench/run_char_gpt_precision.sh memory large >&2
+  EPOCHS=3 ROUNDS=2 TORCH_OPENBLAS_THREADS=1 BUILD_DIR=$build bench/run_fashion_mnist.sh
+  LIMIT=3200 ROUNDS=3 TORCH_OPENBLAS_THREADS=1 BUILD_DIR=$build bench/run_cnn_fashion_mnist.sh
+fi
