@@ -10,7 +10,7 @@
 // direct loop: packing would cost more than the math.
 //
 // Threads: C is cut into one block of whole NR-column strips per thread (or of MR-row strips
-// when those share the work more evenly), and each thread of the ThreadPool runs the serial algorithm on
+// when that leaves the busiest thread less to compute and pack), and each thread of the ThreadPool runs the serial algorithm on
 // its block with its own packing buffers. The only synchronisation is the end of the run: no
 // barrier per K block, which matters for the MLP's small GEMMs (M = 64) and on a loaded
 // machine, where a barrier waits for whichever thread the OS has descheduled. Every element of
@@ -400,13 +400,19 @@ void gemm_blocked(const GemmArgs<T, In>& g) {
   ThreadPool& pool = ThreadPool::instance();
   const int threads = g.m * g.n * g.k > (int64_t{1} << 18) ? pool.max_threads() : 1;
   const int64_t col_strips = (g.n + NR - 1) / NR, row_strips = (g.m + MR - 1) / MR;
-  // Cut along whichever dimension leaves the busiest thread the smaller share of the strips (a
-  // ragged last strip costs a whole one): the lm_head's N = 73 is 3 column strips, which 2
-  // threads would share 2 : 1, against 256 row strips shared evenly. Ties go to columns.
-  const auto busiest_share = [&](int64_t strips) {
-    return static_cast<double>((strips + threads - 1) / threads) / static_cast<double>(strips);
-  };
-  const bool split_columns = busiest_share(col_strips) <= busiest_share(row_strips);
+  // Cut along whichever dimension leaves the busiest thread less to do: its share of the tiles
+  // (a ragged last strip costs a whole one), in vector FMAs, plus what it packs, at about one
+  // element a cycle: cutting columns, each thread packs all of A and its part of B; cutting
+  // rows, its part of A and all of B. The lm_head's N = 73 is 3 column strips, which 2 threads
+  // would share 2 : 1, against 256 row strips shared evenly: rows. A convolution's weight
+  // gradient (64 × 288, K = 12544) would cut rows for the tiles' sake but then pack its large B
+  // twice: columns. Ties go to columns.
+  const auto busiest = [&](int64_t strips) { return static_cast<double>((strips + threads - 1) / threads); };
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+  const double lanes = Tile<T>::VL, t = threads;
+  const double by_columns = busiest(col_strips) * NR * static_cast<double>(row_strips * MR) * k / lanes + m * k + k * n / t;
+  const double by_rows = busiest(row_strips) * MR * static_cast<double>(col_strips * NR) * k / lanes + m * k / t + k * n;
+  const bool split_columns = by_columns <= by_rows;
   const int parts = static_cast<int>(std::min<int64_t>(threads, split_columns ? col_strips : row_strips));
   if (parts <= 1) return gemm_block(g);
   pool.run(parts, [&](int part, int count) {
