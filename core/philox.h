@@ -30,6 +30,12 @@ MINIDL_HOST_DEVICE inline Block philox4x32_10(uint64_t key, uint64_t ctr_lo, uin
   uint32_t c0 = static_cast<uint32_t>(ctr_lo), c1 = static_cast<uint32_t>(ctr_lo >> 32);
   uint32_t c2 = static_cast<uint32_t>(ctr_hi), c3 = static_cast<uint32_t>(ctr_hi >> 32);
   uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  // Unrolled on the host, so that a loop over counters vectorises (kernels/cpu/dropout.cpp):
+  // GCC's vectoriser takes no loop inside the loop it vectorises. (nvcc knows no GCC pragma,
+  // and unrolls a loop of ten by itself.)
+#if !defined(__CUDACC__)
+#pragma GCC unroll 10
+#endif
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, lo0, hi1, lo1;
     mulhilo(0xD2511F53u, c0, hi0, lo0);
