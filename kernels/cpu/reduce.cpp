@@ -3,6 +3,8 @@
 //   order (deterministic). Last-dim sums accumulate in double (long float32 rows stay accurate);
 //   other dims accumulate whole rows in T, streaming through memory.
 //   argmax_rows: first index of the maximum of each row of [rows, cols].
+#include <algorithm>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/half_staging.h"
 
@@ -33,14 +35,22 @@ void CpuBackend::sum_dim(const Tensor& x, int64_t outer, int64_t n, int64_t inne
       });
       return;
     }
-    // Reducing a non-last dim: accumulate whole inner rows, streaming through memory.
-    parallel_rows(outer, outer * n * inner, [&](int64_t o) {
-      T* dst = po + o * inner;
-      for (int64_t i = 0; i < inner; ++i) dst[i] = T(0);
+    // Reducing a non-last dim: accumulate inner rows, streaming through memory. The tasks are
+    // (o, a block of kColumns inner columns), so that a bias gradient (outer = 1: the column
+    // sums of dy [rows, N]) runs on every thread instead of one; each element still adds its
+    // n terms in index order, the same bits whatever the split. The lambda copies the sizes:
+    // read through references they might alias dst as far as the compiler knows.
+    constexpr int64_t kColumns = 64;
+    const int64_t blocks = (inner + kColumns - 1) / kColumns;
+    parallel_rows(outer * blocks, outer * n * inner, [=](int64_t task) {
+      const int64_t o = task / blocks, i0 = (task % blocks) * kColumns;
+      const int64_t width = std::min(kColumns, inner - i0);
+      T* dst = po + o * inner + i0;
+      for (int64_t i = 0; i < width; ++i) dst[i] = T(0);
       for (int64_t j = 0; j < n; ++j) {
-        const T* row = px + (o * n + j) * inner;
+        const T* row = px + (o * n + j) * inner + i0;
 #pragma omp simd
-        for (int64_t i = 0; i < inner; ++i) dst[i] += row[i];
+        for (int64_t i = 0; i < width; ++i) dst[i] += row[i];
       }
     });
   });
