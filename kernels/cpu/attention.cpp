@@ -12,11 +12,11 @@
 //             there). Additions happen in a fixed order whatever the thread count: the same bits
 //             every run.
 // Nothing of size [L, S] is allocated: the scratch is a few tiles per thread.
-// Speed: the five tile products (q·kᵀ, p·v forward; dout·vᵀ, Pdᵀ·dout, dSᵀ·q, dS·k backward)
-// are register-tiled (kernels/cpu/tile_product.h), the scores from a transposed copy of the key
-// block so that B's rows are contiguous; a product's k runs over a whole key block, with the
-// probabilities of keys hidden by the causal mask set to 0. The softmax loops run along a row
-// and vectorise. Causal blocks wholly in the future are skipped.
+// Speed: the tile products (q·kᵀ and p·v forward; q·kᵀ again, dout·vᵀ, Pdᵀ·dout, dSᵀ·q and dS·k
+// backward) are register-tiled (kernels/cpu/tile_product.h), the scores from a transposed copy
+// of the key block so that B's rows are contiguous; a product's k runs over a whole key block,
+// with the probabilities of keys hidden by the causal mask set to 0. The softmax loops run
+// along a row and vectorise. Causal blocks wholly in the future are skipped.
 // exp is the other cost (L·S of them forward and again backward): float uses a polynomial that
 // vectorises (fast_exp, kernels/cpu/fast_math.h: within 2 ulp), double keeps std::exp.
 // Strides: q, k, v rows may be strided on (b, h, row) (views of a fused qkv projection);

@@ -10,12 +10,12 @@
 // direct loop: packing would cost more than the math.
 //
 // Threads: C is cut into one block of whole NR-column strips per thread (or of MR-row strips
-// when that leaves the busiest thread less to compute and pack), and each thread of the ThreadPool runs the serial algorithm on
-// its block with its own packing buffers. The only synchronisation is the end of the run: no
-// barrier per K block, which matters for the MLP's small GEMMs (M = 64) and on a loaded
-// machine, where a barrier waits for whichever thread the OS has descheduled. Every element of
-// C sees the same sequence of K blocks and micro-kernel sums whatever the split, so the result
-// does not depend on the thread count.
+// when that leaves the busiest thread less to compute and pack), and each thread of the
+// ThreadPool runs the serial algorithm on its block with its own packing buffers. The only
+// synchronisation is the end of the run: no barrier per K block, which matters for the MLP's
+// small GEMMs (M = 64) and on a loaded machine, where a barrier waits for whichever thread the
+// OS has descheduled. Every element of C sees the same sequence of K blocks and micro-kernel
+// sums whatever the split, so the result does not depend on the thread count.
 //
 // bfloat16 operands on a CPU with AVX512_BF16 take their own packing and micro-kernel
 // (Note [the bf16 dot-product micro-kernel]); every other 16-bit product widens its operands to
@@ -410,8 +410,9 @@ void gemm_blocked(const GemmArgs<T, In>& g) {
   const auto busiest = [&](int64_t strips) { return static_cast<double>((strips + threads - 1) / threads); };
   const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
   const double lanes = Tile<T>::VL, t = threads;
-  const double by_columns = busiest(col_strips) * NR * static_cast<double>(row_strips * MR) * k / lanes + m * k + k * n / t;
-  const double by_rows = busiest(row_strips) * MR * static_cast<double>(col_strips * NR) * k / lanes + m * k / t + k * n;
+  const double padded_m = static_cast<double>(row_strips * MR), padded_n = static_cast<double>(col_strips * NR);
+  const double by_columns = busiest(col_strips) * NR * padded_m * k / lanes + m * k + k * n / t;
+  const double by_rows = busiest(row_strips) * MR * padded_n * k / lanes + m * k / t + k * n;
   const bool split_columns = by_columns <= by_rows;
   const int parts = static_cast<int>(std::min<int64_t>(threads, split_columns ? col_strips : row_strips));
   if (parts <= 1) return gemm_block(g);

@@ -17,6 +17,7 @@
 #include <limits>
 #include <type_traits>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -68,6 +69,7 @@ void check_case(const Case& s, bool epilogue, std::mt19937_64& rng) {
   // (rounded) values on both sides, so 16-bit inputs add no error of their own.
   const double eps = std::numeric_limits<T>::epsilon();
   int64_t bad = 0;
+  std::ostringstream first_bad;  // INFO is scoped: it is given to CHECK below, not inside the loop
   for (int64_t i = 0; i < s.m; ++i)
     for (int64_t j = 0; j < s.n; ++j) {
       double sum = 0, size = 0;
@@ -85,10 +87,11 @@ void check_case(const Case& s, bool epilogue, std::mt19937_64& rng) {
       }
       const double tol = (static_cast<double>(s.k) * size + 8) * eps;
       if (!(std::fabs(static_cast<double>(c[at]) - want) <= tol)) {
-        if (bad == 0) INFO("first bad element (" << i << ", " << j << "): got " << c[at] << ", want " << want);
+        if (bad == 0) first_bad << "first bad element (" << i << ", " << j << "): got " << c[at] << ", want " << want;
         ++bad;
       }
     }
+  INFO(first_bad.str());
   CHECK(bad == 0);
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "kernels/cpu/tile_product.h"
@@ -59,6 +60,7 @@ void check_against_reference(int64_t m, int64_t n, int64_t k, bool a_transposed,
   // exact sum, half of that being the bound (eps/2 a rounding), the other half room.
   const double eps = std::numeric_limits<T>::epsilon();
   int64_t bad = 0;
+  std::ostringstream first_bad;  // INFO is scoped: it is given to CHECK below, not inside the loop
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < p.c_row(); ++j) {
       const size_t at = static_cast<size_t>(r * p.c_row() + j);
@@ -75,10 +77,13 @@ void check_against_reference(int64_t m, int64_t n, int64_t k, bool a_transposed,
       }
       const double tol = static_cast<double>(k + 1) * eps * static_cast<double>(size);
       if (!(std::fabs(static_cast<double>(p.c[at] - want)) <= tol)) {
-        if (bad == 0) INFO("first bad element (" << r << ", " << j << "): got " << p.c[at] << ", want " << static_cast<double>(want));
+        if (bad == 0)
+          first_bad << "first bad element (" << r << ", " << j << "): got " << p.c[at] << ", want "
+                    << static_cast<double>(want);
         ++bad;
       }
     }
+  INFO(first_bad.str());
   CHECK(bad == 0);
 }
 
