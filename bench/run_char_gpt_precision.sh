@@ -76,8 +76,14 @@ case "$mode" in
       echo "PyTorch twin (bench/char_gpt_torch.py, 2 threads), peak resident memory (MiB):"
       torch_import=$(/usr/bin/time -v /usr/bin/python3 -c 'import torch' 2>&1 | maxrss_mib)
       for d in fp32 bf16; do
-        torch_peak=$(OMP_NUM_THREADS=2 /usr/bin/time -v /usr/bin/python3 bench/char_gpt_torch.py --threads 2 --iters 3 \
-          --warmup 1 --eval-interval 100000 --eval-iters 1 "${flags[@]}" --dtype "$d" 2>&1 | maxrss_mib)
+        # A failed run says so and leaves the others standing (set -e would end the script here).
+        if ! out=$(OMP_NUM_THREADS=2 /usr/bin/time -v /usr/bin/python3 bench/char_gpt_torch.py --threads 2 --iters 3 \
+          --warmup 1 --eval-interval 100000 --eval-iters 1 "${flags[@]}" --dtype "$d" 2>&1); then
+          echo "  $d: the PyTorch twin failed:" >&2
+          echo "$out" | tail -n 5 >&2
+          continue
+        fi
+        torch_peak=$(echo "$out" | maxrss_mib)
         printf '  %-5s %8s   minidl/this %s\n' "$d" "$torch_peak" "$(ratio "${peak[$d]}" "$torch_peak")"
       done
       echo "  (importing torch alone: $torch_import MiB)"

@@ -16,7 +16,9 @@
 // backward) are register-tiled (kernels/cpu/tile_product.h), the scores from a transposed copy
 // of the key block so that B's rows are contiguous; a product's k runs over a whole key block,
 // with the probabilities of keys hidden by the causal mask set to 0. The softmax loops run
-// along a row and vectorise. Causal blocks wholly in the future are skipped.
+// along a row and vectorise. Causal blocks wholly in the future are skipped. (So a non-finite
+// k or v at a hidden key of the same 64-key block reaches earlier rows as 0·inf = NaN, as it
+// does in PyTorch's softmax-then-P·V; finite values never change a visible row's bits.)
 // exp is the other cost (L·S of them forward and again backward): float uses a polynomial that
 // vectorises (fast_exp, kernels/cpu/fast_math.h: within 2 ulp), double keeps std::exp.
 // Strides: q, k, v rows may be strided on (b, h, row) (views of a fused qkv projection);

@@ -10,17 +10,19 @@
 // Everything here and in the headers built on it lives in an inline namespace named after the
 // instruction set the file is compiled for (MINIDL_CPU_ISA). One program may hold the same code
 // compiled for two of them: the tests compile the GEMM again for AVX2 (tests/kernels/
-// gemm_avx2.cpp) and tile_product.h without -march=native. Without the inline namespace those
-// would be two different definitions of one template, and the linker would keep one of them
-// for both.
+// gemm_avx2.cpp, which names its copy isa_avx2_test, distinct from an AVX2 machine's own
+// isa_avx2) and tile_product.h without -march=native. Without the inline namespace those would
+// be two different definitions of one template, and the linker would keep one of them for both.
 #pragma once
 
+#if !defined(MINIDL_CPU_ISA)  // a file that is compiled twice names its second copy itself
 #if defined(__AVX512F__)
 #define MINIDL_CPU_ISA isa_avx512
 #elif defined(__AVX2__)
 #define MINIDL_CPU_ISA isa_avx2
 #else
 #define MINIDL_CPU_ISA isa_generic
+#endif
 #endif
 
 namespace minidl::cpu {
