@@ -17,7 +17,8 @@
 // then one partial vector for the last n mod VL.
 //
 // Each element of C is one chain of vector multiply-adds over p = 0, 1, …, k − 1 (onto 0, or
-// onto C's value; fused when the target has FMA), whichever tile, strip or partial vector
+// onto C's value; fused when the target has FMA: MINIDL_NATIVE_FLAGS in CMakeLists.txt stops
+// GCC's Zen 1-3 tuning from leaving some unfused), whichever tile, strip or partial vector
 // computes it: the result does not depend on where the element sits, so a tile product
 // repeated on the same operands (attention's forward and its recomputation in backward) gives
 // the same bits. (A scalar loop for the last columns would not: GCC contracted it differently.)
