@@ -422,11 +422,12 @@ void gemm_blocked(const GemmArgs<T, In>& g) {
   });
 }
 
-// Note [a narrow C]: with N at most one vector wide (the MLP's last layer, N = 10), the
-// blocked path packs all of A to compute one strip whose columns are mostly padding, and the
-// packing costs as much as the product. This path packs nothing but B, into k rows of one
-// zero-padded vector (k × 16 floats), and runs tile_product (kernels/cpu/tile_product.h: a
-// register tile of kTileRows × one vector, A broadcast straight from where it lies) into an
+// Note [a narrow C]: with N at most one strip wide (the MLP's last layer, N = 10), the blocked
+// path packs all of A to compute one strip whose columns are mostly padding, and the packing
+// costs as much as the product. This path packs nothing but B, into k rows of one zero-padded
+// vector when N fits one (k × 16 floats with AVX-512) or else of the strip's two (k × 16 floats
+// with AVX2, whose vector holds 8), and runs tile_product (kernels/cpu/tile_product.h: a
+// register tile of kTileRows × that width, A broadcast straight from where it lies) into an
 // accumulator block of MC rows, which store_tile writes out with the epilogue. Each element is
 // one chain of multiply-adds over k onto 0, then alpha·acc (+ beta·C, bias, ReLU): for k ≤ KC
 // exactly the blocked path's arithmetic, so the same bits. Only float and double (16-bit
@@ -438,18 +439,19 @@ bool gemm_narrow(const GemmArgs<T, In>& g) {
   if constexpr (!std::is_same_v<T, In>) {
     return false;
   } else {
-    if (g.n > Tl::VL || g.k > Tl::KC || g.m * g.n * g.k > (int64_t{1} << 18)) return false;
+    if (g.n > Tl::NR || g.k > Tl::KC || g.m * g.n * g.k > (int64_t{1} << 18)) return false;
+    const int64_t width = g.n <= Tl::VL ? Tl::VL : Tl::NR;
     PackBuffers<T>& buffers = pack_buffers<T>();
-    T* bp = buffers.b.get();  // [k][VL]
+    T* bp = buffers.b.get();  // [k][width]
     T* acc = buffers.a.get();  // [MC][NR], the row stride store_tile reads
     for (int64_t p = 0; p < g.k; ++p) {
       int64_t j = 0;
-      for (; j < g.n; ++j) bp[p * Tl::VL + j] = g.b[p * g.rs_b + j * g.cs_b];
-      for (; j < Tl::VL; ++j) bp[p * Tl::VL + j] = T(0);
+      for (; j < g.n; ++j) bp[p * width + j] = g.b[p * g.rs_b + j * g.cs_b];
+      for (; j < width; ++j) bp[p * width + j] = T(0);
     }
     for (int64_t i0 = 0; i0 < g.m; i0 += Tl::MC) {
       const int64_t rows = std::min(Tl::MC, g.m - i0);
-      tile_product<T, false>(rows, Tl::VL, g.k, g.a + i0 * g.rs_a, g.rs_a, g.cs_a, bp, Tl::VL, acc, Tl::NR);
+      tile_product<T, false>(rows, width, g.k, g.a + i0 * g.rs_a, g.rs_a, g.cs_a, bp, width, acc, Tl::NR);
       store_tile(g, acc, i0, 0, rows, g.n, true, true);
     }
     return true;

@@ -30,9 +30,10 @@ std::vector<double> reference_matmul(const Tensor& a, const Tensor& b, bool ta, 
 }  // namespace
 
 TEST_CASE("cpu GEMM matches the reference in every transpose variant and odd shape", "[kernels][gemm]") {
-  // {130, 10, 129} and {200, 3, 100}: N within one vector, the narrow path (Note [a narrow C]).
-  const int64_t shapes[][3] = {{1, 1, 1},     {17, 33, 65}, {3, 1000, 7},  {64, 64, 64},  {129, 31, 257},
-                               {300, 5, 999}, {40, 300, 1}, {130, 10, 129}, {200, 3, 100}};
+  // {130, 10, 129}, {200, 3, 100} and {150, 20, 90}: N within one strip, the narrow path (Note
+  // [a narrow C]), on one vector or two.
+  const int64_t shapes[][3] = {{1, 1, 1},     {17, 33, 65}, {3, 1000, 7},   {64, 64, 64},  {129, 31, 257},
+                               {300, 5, 999}, {40, 300, 1}, {130, 10, 129}, {200, 3, 100}, {150, 20, 90}};
   Generator g(7);
   for (auto& s : shapes) {
     const int64_t m = s[0], n = s[1], k = s[2];

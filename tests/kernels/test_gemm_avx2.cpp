@@ -110,14 +110,14 @@ TEST_CASE("the GEMM compiled for AVX2 matches a double reference on every transp
          "the AVX2 GEMM cannot run here (reconfigure the build on this machine)");
   // 33³ is the smallest size past the plain-loop cut-off (32³); 7 × 13 rows and 17 columns leave
   // partial 6-row and 16-column tiles; 600 and 1100 cross the KC = 512 block, 150 × 300 the
-  // MC and the thread split; n = 73 is the char-GPT's vocabulary. n = 10 and 7 take the narrow
-  // path (Note [a narrow C] in kernels/cpu/gemm.cpp) where they fit one vector: 10 in the
-  // library's 16 floats but not in AVX2's 8, so that case also holds the narrow path to the
-  // blocked one's bits; 7 in both.
+  // MC and the thread split; n = 73 is the char-GPT's vocabulary. n = 7, 10 and 20 take the
+  // narrow path (Note [a narrow C] in kernels/cpu/gemm.cpp) where they fit one strip: 7 and 10
+  // in both copies (one vector or two), 20 in the library's 32-float strip on AVX-512 but not
+  // in AVX2's 16, so that case also holds the narrow path to the blocked one's bits.
   const Case cases[] = {{33, 33, 33, false, false}, {91, 17, 45, false, false}, {91, 17, 45, true, true},
                         {150, 300, 600, false, true}, {150, 300, 600, true, false}, {64, 73, 1100, false, true},
                         {7, 200, 130, true, true},    {257, 40, 3, false, false}, {128, 10, 128, false, false},
-                        {129, 10, 127, true, true},   {250, 7, 140, false, true}};
+                        {129, 10, 127, true, true},   {250, 7, 140, false, true},  {90, 20, 100, true, false}};
   std::mt19937_64 rng(36);
   for (const Case& s : cases)
     for (bool epilogue : {false, true}) {
