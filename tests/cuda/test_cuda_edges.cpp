@@ -329,7 +329,7 @@ TEST_CASE("a +inf logit gives the CPU's softmax on every row strategy: NaN at th
 // More than 65535 rows
 // ============================================================================================
 
-TEST_CASE("70000 rows of 3 go through the row ops, reductions and elementwise ops like the CPU", "[cuda][edges]") {
+TEST_CASE("70000 rows of 3 go through the row ops, reductions and elementwise ops like the CPU", "[cuda][edges][grid]") {
   // 70000 > 65535: a launch that put rows (or row blocks of 8) on gridDim.y fails or drops rows.
   const int64_t rows = 70000, cols = 3;
   const Tensor x = random_cpu({rows, cols}, 900, -4.0, 4.0);
@@ -434,7 +434,7 @@ TEST_CASE("70000 rows of 3 go through the row ops, reductions and elementwise op
 }
 
 TEST_CASE("index_rows gathers more than 65535 rows and rows wider than a grid pass like the CPU",
-          "[cuda][memory][edges]") {
+          "[cuda][memory][edges][grid]") {
   // gather_rows (memory.cu) puts rows on gridDim.y capped at 65535 with a stride loop, and row
   // elements on gridDim.x capped at 4096 / 256 blocks with a stride loop: 70000 rows cross the
   // first, 5000 columns the second. Pure copies: exact. (The 70001-row gather is the heaviest
