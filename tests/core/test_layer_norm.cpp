@@ -174,3 +174,23 @@ TEST_CASE("layer_norm rejects bad arguments with errors that name the shapes and
   m = error_message([&] { ops::layer_norm(Tensor()); });
   CHECK_THAT(m, Catch::Contains("layer_norm"));
 }
+
+TEST_CASE("layer_norm with only a weight or only a bias equals the affine form with the other neutral",
+          "[core][layer_norm]") {
+  // The kernels choose their loop by which of weight and bias are present; a mixed-up choice
+  // shows only when exactly one of them is. An absent weight is 1 and an absent bias 0, exactly.
+  Generator g(41);
+  const Tensor x = randn({5, 37}, DType::Float32, &g), w = randn({37}, DType::Float32, &g),
+               b = randn({37}, DType::Float32, &g), dy = randn({5, 37}, DType::Float32, &g);
+  for (bool with_weight : {true, false}) {
+    INFO("with weight " << with_weight);
+    const Tensor xa = x.clone().requires_grad_(true), xb = x.clone().requires_grad_(true);
+    const Tensor ya = with_weight ? ops::layer_norm(xa, w, Tensor()) : ops::layer_norm(xa, Tensor(), b);
+    const Tensor yb = with_weight ? ops::layer_norm(xb, w, zeros({37}, DType::Float32))
+                                  : ops::layer_norm(xb, ones({37}, DType::Float32), b);
+    CHECK(ya.to_vector<float>() == yb.to_vector<float>());
+    ya.backward(dy);
+    yb.backward(dy);
+    CHECK(xa.grad().to_vector<float>() == xb.grad().to_vector<float>());
+  }
+}
